@@ -1,0 +1,439 @@
+// Package dlocktest starts and stops real redis-server processes on free
+// loopback ports, for tests of code that uses dlock (and for dlock's own tests).
+//
+// Every server runs in the foreground as a child of the test process, without
+// persistence, bound to 127.0.0.1. Servers started with [Start], [StartN] or
+// [StartCluster] are stopped by the test's Cleanup; servers started with
+// [NewServer] are stopped by [Server.Close]. Faults are injected on the real
+// process: [Server.Freeze] stops it with SIGSTOP (it keeps its sockets open but
+// answers nothing, like a node in a long GC pause or behind a partition),
+// [Server.Thaw] resumes it and [Server.Kill] ends it.
+//
+// redis-server is looked up on PATH, or taken from $REDIS_SERVER. On Debian
+// and Ubuntu it is in the redis-server package.
+package dlocktest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNoRedisServer is returned when no redis-server binary can be found.
+var ErrNoRedisServer = errors.New("dlocktest: redis-server not found on PATH (install Debian's redis-server package, or set $REDIS_SERVER)")
+
+// startTimeout bounds how long a server may take to accept connections.
+const startTimeout = 10 * time.Second
+
+// Server is one redis-server process listening on 127.0.0.1.
+type Server struct {
+	addr string
+	port int
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	frozen bool
+	closed bool
+}
+
+// Option configures a server started by [NewServer], [Start] or [StartN].
+type Option func(*config)
+
+type config struct {
+	extra []string
+}
+
+// WithArgs passes extra command-line arguments to redis-server, for example
+// WithArgs("--maxmemory", "10mb").
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.extra = append(c.extra, args...) }
+}
+
+// Binary returns the path of the redis-server binary that servers are started
+// from, or ErrNoRedisServer.
+func Binary() (string, error) {
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", ErrNoRedisServer
+	}
+	return p, nil
+}
+
+// NewServer starts a redis-server on a free loopback port and waits until it
+// answers PING. The caller must call Close.
+func NewServer(opts ...Option) (*Server, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	// A free port can be taken by someone else between the probe and the
+	// server's bind; try again with another port a few times.
+	for i := 0; i < 5; i++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--daemonize", "no",
+			"--protected-mode", "no",
+			"--loglevel", "warning",
+			"--logfile", "",
+		}, c.extra...)
+		if err := s.start(bin); err != nil {
+			lastErr = err
+			continue
+		}
+		return s, nil
+	}
+	return nil, lastErr
+}
+
+func (s *Server) start(bin string) error {
+	cmd := exec.Command(bin, s.args...)
+	cmd.Stdout = nil
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	// Own process group, so that a Ctrl-C aimed at the test does not reach the
+	// servers before the test has cleaned them up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("dlocktest: start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	var logMu sync.Mutex
+	var logTail []string
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			logTail = append(logTail, sc.Text())
+			if len(logTail) > 20 {
+				logTail = logTail[1:]
+			}
+			logMu.Unlock()
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.frozen, s.closed = cmd, exited, false, false
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-exited:
+			logMu.Lock()
+			defer logMu.Unlock()
+			return fmt.Errorf("dlocktest: redis-server on port %d exited: %s", s.port, strings.Join(logTail, "; "))
+		default:
+		}
+		if err := ping(s.addr); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("dlocktest: redis-server on port %d did not answer within %s", s.port, startTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("dlocktest: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT".
+func (s *Server) Addr() string { return s.addr }
+
+// URL returns the server's address as a redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.addr }
+
+// Port returns the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// PID returns the process ID of the running server, or 0 if it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.closed {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Client returns a new go-redis client for the server with go-redis' default
+// settings. The caller closes it.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.addr})
+}
+
+// Freeze stops the server with SIGSTOP: its sockets stay open and connections
+// still succeed, but it answers nothing until Thaw.
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP, true) }
+
+// Thaw resumes a frozen server with SIGCONT.
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT, false) }
+
+func (s *Server) signal(sig syscall.Signal, frozen bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.closed {
+		return fmt.Errorf("dlocktest: server %s is not running", s.addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("dlocktest: signal server %s: %w", s.addr, err)
+	}
+	s.frozen = frozen
+	return nil
+}
+
+// Kill ends the server with SIGKILL and waits for it to exit. Its data is
+// lost. Kill on a stopped server does nothing.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited, closed := s.cmd, s.exited, s.closed
+	s.closed = true
+	s.frozen = false
+	s.mu.Unlock()
+	if cmd == nil || closed {
+		return nil
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return nil
+}
+
+// Restart starts a killed server again on the same port, without its data
+// (the servers keep none). It fails if the server is still running.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if !closed {
+		return fmt.Errorf("dlocktest: server %s is still running", s.addr)
+	}
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	return s.start(bin)
+}
+
+// Close stops the server (thawing it first if it is frozen) and waits for it
+// to exit.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	frozen := s.frozen
+	s.mu.Unlock()
+	if frozen {
+		_ = s.Thaw()
+	}
+	return s.Kill()
+}
+
+// Start starts a redis-server for the test and stops it in the test's Cleanup.
+// It fails the test if no server can be started.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s, err := NewServer(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// StartN starts n independent redis-servers (for example the masters of a
+// Redlock) for the test, stopped in the test's Cleanup.
+func StartN(tb testing.TB, n int, opts ...Option) []*Server {
+	tb.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(tb, opts...)
+	}
+	return servers
+}
+
+// Clients returns one new default go-redis client per server, each closed in
+// the test's Cleanup, as the []redis.UniversalClient that dlock.NewRedlock takes.
+func Clients(tb testing.TB, servers ...*Server) []redis.UniversalClient {
+	tb.Helper()
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		c := s.Client()
+		tb.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	return clients
+}
+
+// Cluster is a Redis Cluster of masters without replicas, each slot range on
+// one master.
+type Cluster struct {
+	Servers []*Server
+}
+
+// Addrs returns the masters' addresses.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		addrs[i] = s.Addr()
+	}
+	return addrs
+}
+
+// Client returns a new go-redis cluster client with default settings. The
+// caller closes it.
+func (c *Cluster) Client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+}
+
+// Close stops every server of the cluster.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, s := range c.Servers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NewCluster starts a Redis Cluster of n masters (n ≥ 1) on loopback, assigns
+// the 16384 slots evenly and waits until every node reports cluster_state:ok.
+// The caller must call Close.
+func NewCluster(n int) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("dlocktest: a cluster needs at least one master, got %d", n)
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		dir, err := os.MkdirTemp("", "dlocktest-cluster-")
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		s, err := NewServer(WithArgs("--cluster-enabled", "yes", "--dir", dir,
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.setup(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) setup(ctx context.Context) error {
+	const slots = 16384
+	n := len(c.Servers)
+	clients := make([]*redis.Client, n)
+	for i, s := range c.Servers {
+		clients[i] = s.Client()
+		defer clients[i].Close()
+	}
+	for i, cl := range clients {
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		args := []interface{}{"CLUSTER", "ADDSLOTSRANGE", lo, hi}
+		if err := cl.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("dlocktest: cluster addslots on %s: %w", c.Servers[i].Addr(), err)
+		}
+		if i > 0 {
+			if err := cl.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", c.Servers[0].Port()).Err(); err != nil {
+				return fmt.Errorf("dlocktest: cluster meet: %w", err)
+			}
+		}
+	}
+	for {
+		ok := true
+		for _, cl := range clients {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("dlocktest: cluster info: %w", err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dlocktest: cluster did not become ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// StartCluster starts a Redis Cluster of n masters for the test, stopped in the
+// test's Cleanup.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	c, err := NewCluster(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}

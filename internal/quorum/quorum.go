@@ -1,0 +1,163 @@
+// Package quorum runs one operation on N Redis nodes in parallel and decides
+// as soon as the outcome is known, with every wait bounded in time whatever
+// the clients' own settings.
+//
+// go-redis applies a context's deadline to socket reads only when the client
+// was built with ContextTimeoutEnabled; with default options a read on a
+// frozen node waits for ReadTimeout (3s). A call here therefore runs on its
+// own goroutine unless the client is known to honour the deadline, and the
+// caller stops waiting at the deadline. The abandoned call finishes in the
+// background when go-redis gives up, and its result is handed to a late
+// handler so that, for example, a lock it set after all can be released.
+package quorum
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is one independent Redis deployment (standalone, Sentinel or Cluster).
+type Node struct {
+	Client redis.UniversalClient
+	// Addr names the node in errors.
+	Addr string
+	// HonoursCtx is true when the client applies ctx deadlines to reads, so
+	// a call can run inline.
+	HonoursCtx bool
+}
+
+// NewNode describes client, deriving its address and whether it applies
+// context deadlines from its options.
+func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
+	n := &Node{Client: client, Addr: fallbackAddr}
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		n.Addr, n.HonoursCtx = o.Addr, o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		if len(o.Addrs) > 0 {
+			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
+		}
+		n.HonoursCtx = o.ContextTimeoutEnabled
+	case *redis.Ring:
+		o := c.Options()
+		n.HonoursCtx = o.ContextTimeoutEnabled
+	}
+	if n.Addr == "" {
+		n.Addr = fallbackAddr
+	}
+	return n
+}
+
+// Result is one node's answer.
+type Result[T any] struct {
+	Node int
+	Val  T
+	Err  error
+}
+
+// Call runs fn on one node and returns when fn returns, timeout elapses or
+// ctx ends, whichever is first. answered is false when no answer came in
+// time: then err is the context's error and, if late is not nil, late gets
+// fn's result once fn returns. A client that honours ctx deadlines runs fn
+// inline, and a context error it returns also counts as no answer.
+func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context) (T, error), late func(T, error)) (v T, err error, answered bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	if n.HonoursCtx {
+		defer cancel()
+		v, err = fn(ctx)
+		if err != nil && ctx.Err() != nil {
+			return v, ctx.Err(), false
+		}
+		return v, err, true
+	}
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		defer cancel()
+		v, err := fn(ctx)
+		ch <- res{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err, true
+	case <-ctx.Done():
+		if late != nil {
+			go func() {
+				r := <-ch
+				late(r.v, r.err)
+			}()
+		}
+		var zero T
+		return zero, ctx.Err(), false
+	}
+}
+
+// Fanout runs fn on every node in parallel and returns the results received
+// by the time done reports true for them, every node has answered, timeout
+// has elapsed or ctx has ended; a node missing from the results gave no
+// answer in time. done is called after each result, with the
+// results so far, on the caller's goroutine. Results that arrive after
+// Fanout returned are passed to late (on another goroutine), if late is not
+// nil. With one node, fn runs through Call without the fan-out machinery.
+func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
+	fn func(ctx context.Context, i int) (T, error),
+	done func(results []Result[T]) bool,
+	late func(Result[T]),
+) []Result[T] {
+	if len(nodes) == 1 {
+		var lateOne func(T, error)
+		if late != nil {
+			lateOne = func(v T, err error) { late(Result[T]{Node: 0, Val: v, Err: err}) }
+		}
+		v, err, answered := Call(ctx, nodes[0], timeout, func(ctx context.Context) (T, error) { return fn(ctx, 0) }, lateOne)
+		if !answered {
+			return nil
+		}
+		return []Result[T]{{Node: 0, Val: v, Err: err}}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ch := make(chan Result[T], len(nodes))
+	for i := range nodes {
+		go func(i int) {
+			v, err := fn(ctx, i)
+			ch <- Result[T]{Node: i, Val: v, Err: err}
+		}(i)
+	}
+	results := make([]Result[T], 0, len(nodes))
+	for len(results) < len(nodes) {
+		select {
+		case r := <-ch:
+			results = append(results, r)
+			if done(results) {
+				goto decided
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+decided:
+	pending := len(nodes) - len(results)
+	if pending == 0 {
+		cancel()
+		return results
+	}
+	go func() {
+		defer cancel()
+		for ; pending > 0; pending-- {
+			r := <-ch
+			if late != nil {
+				late(r)
+			}
+		}
+	}()
+	return results
+}

@@ -1,0 +1,120 @@
+package dlock
+
+import (
+	"time"
+)
+
+// Defaults. They are documented on the options that change them.
+const (
+	DefaultTTL    = 30 * time.Second
+	DefaultPrefix = "dlock:"
+
+	// MinTTL is the shortest TTL accepted. Below it the clock-drift margin
+	// (TTL·1% + 2ms) leaves too little validity to do anything under the lock.
+	MinTTL = 10 * time.Millisecond
+
+	// maxNodeTimeout caps the default per-node timeout: a node that has not
+	// answered a lock command in half a second is treated as down.
+	maxNodeTimeout = 500 * time.Millisecond
+
+	// reserveFor is how long a release keeps the lock for the waiter it woke
+	// (single Redis only), so that a newcomer cannot barge in ahead of it.
+	// A live waiter takes the lock within a round trip; a dead one delays the
+	// others until their fallback wake-up.
+	reserveFor = 100 * time.Millisecond
+
+	// The fallback wake-up of a waiter, in case a release notification was
+	// missed: capped exponential backoff with jitter. Waiters are normally
+	// woken by the release itself or by the holder's TTL running out, so the
+	// fallback is slow on purpose.
+	fallbackBase = 2 * time.Second
+	fallbackCap  = 16 * time.Second
+
+	// waiterLease is how long a waiter's registration lives in Redis without
+	// being refreshed; longer than the longest fallback sleep, so a live
+	// waiter never drops out, while a dead one is skipped after it.
+	waiterLease = 60 * time.Second
+
+	// linger is how long a Locker stays subscribed to a key's release channel
+	// after its last waiter for that key left, so that a process that
+	// acquires the same key repeatedly does not pay a SUBSCRIBE each time.
+	linger = 30 * time.Second
+)
+
+// Option configures a Locker.
+type Option func(*lockerConfig)
+
+type lockerConfig struct {
+	prefix      string
+	nodeTimeout time.Duration
+	err         error
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the Locker uses
+// (default "dlock:"). Lockers that must exclude each other need the same
+// prefix.
+func WithPrefix(prefix string) Option {
+	return func(c *lockerConfig) { c.prefix = prefix }
+}
+
+// WithNodeTimeout bounds how long one round waits for a node (default: a
+// fifth of the lock's TTL, at most 500ms). A node that has not answered by
+// then counts as failed for that round. d ≤ 0 is an error, reported by the
+// Locker's methods; a value above a third of a lock's TTL is lowered to it.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *lockerConfig) {
+		if d <= 0 {
+			c.err = invalid("node timeout must be positive, got %s", d)
+			return
+		}
+		c.nodeTimeout = d
+	}
+}
+
+// LockOption configures one acquisition.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl       time.Duration
+	autoRenew bool
+	err       error
+}
+
+// WithTTL sets the lock's TTL: the lease length, and so how long other
+// processes wait after a holder dies before the lock expires (default 30s).
+// With auto-renewal the lock is renewed every TTL/3 for as long as it is held.
+// A TTL below MinTTL (10ms), or not a whole number of milliseconds above it
+// rounded down, is an error returned by Acquire, TryAcquire and Do.
+func WithTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		if err := checkTTL(d); err != nil {
+			c.err = err
+			return
+		}
+		c.ttl = d
+	}
+}
+
+// WithAutoRenew turns renewal on or off (default on). On: the lock is renewed
+// every TTL/3 until Release, and Lost fires only if renewal fails. Off: a
+// fixed lease that expires after the TTL unless Extend is called; Lost fires
+// when that lease's validity runs out.
+func WithAutoRenew(on bool) LockOption {
+	return func(c *lockConfig) { c.autoRenew = on }
+}
+
+func checkTTL(d time.Duration) error {
+	if d <= 0 {
+		return invalid("TTL must be positive, got %s", d)
+	}
+	if d < MinTTL {
+		return invalid("TTL %s is too short for the clock-drift margin (minimum %s)", d, MinTTL)
+	}
+	return nil
+}
+
+// drift is the clock-drift margin subtracted from a TTL: the Redlock
+// reference implementation's 1% plus 2ms for Redis' expiry precision.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}

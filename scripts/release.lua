@@ -1,0 +1,51 @@
+-- release.lua: delete the lock if it holds the expected value, and wake one waiter.
+--
+-- KEYS[1] lock key       prefix{K}
+-- KEYS[2] waiting set    prefix{K}:waiters
+-- KEYS[3] waiter leases  prefix{K}:wexp
+-- ARGV[1] expected       the owner token, or "~ID" to give up reservation ID
+-- ARGV[2] channel        the key's release channel, prefix{K}:released
+-- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
+-- ARGV[4] leaving id     "" or a waiter id to remove from the waiting set first
+--
+-- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0.
+--
+-- The next waiter is the live registration with the lowest queue position;
+-- registrations whose lease ran out (their process died) are dropped on the
+-- way. It is removed from the set and its id is published on the channel, so
+-- exactly one waiting process is told. With ARGV[3] > 0 the lock is not
+-- deleted but set to "~ID" for ARGV[3] ms, so a newcomer cannot barge in
+-- ahead of the woken waiter; if that waiter is gone, the reservation expires.
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('HDEL', KEYS[3], ARGV[4])
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+
+local nxt = false
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _ = 1, 16 do
+  local popped = redis.call('ZPOPMIN', KEYS[2])
+  if #popped == 0 then
+    break
+  end
+  local lease = tonumber(redis.call('HGET', KEYS[3], popped[1]) or '0')
+  redis.call('HDEL', KEYS[3], popped[1])
+  if lease >= now then
+    nxt = popped[1]
+    break
+  end
+end
+
+if nxt and tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
+else
+  redis.call('DEL', KEYS[1])
+end
+if nxt then
+  redis.call('PUBLISH', ARGV[2], nxt)
+end
+return 1
