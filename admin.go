@@ -1,0 +1,186 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// Status is what the nodes say about a lock, as returned by Locker.Status.
+// It is a snapshot for people and monitoring; it proves nothing about
+// ownership (use Acquire for that).
+type Status struct {
+	Key string
+	// Held is true when a quorum of nodes holds the key (by an owner, or
+	// reserved for a woken waiter).
+	Held bool
+	// TTL is the shortest remaining TTL among the nodes that hold the key.
+	TTL time.Duration
+	// Fence is the largest fence counter among the nodes: the fence of the
+	// latest acquisition, if it was confirmed.
+	Fence uint64
+	// Waiters is the largest number of waiting processes registered on a node.
+	Waiters int64
+	// Nodes has one entry per node, in the order of the clients.
+	Nodes []NodeStatus
+}
+
+// NodeStatus is one node's view of a lock.
+type NodeStatus struct {
+	Addr string
+	// Held is true when the key exists: held by an owner, or reserved.
+	Held bool
+	// Reserved is true when the key is reserved for a woken waiter, which
+	// takes it within moments.
+	Reserved bool
+	// TTL is the key's remaining TTL (0 when not held, -1 when it has none).
+	TTL time.Duration
+	// Fence is the node's fence counter.
+	Fence uint64
+	// Waiters is the number of waiting processes registered on the node.
+	Waiters int64
+	// Err is set when the node could not be asked; the other fields are
+	// then zero.
+	Err error
+}
+
+// Status reports the state of the lock named key on every node, waiting at
+// most the node timeout for each (ctx can shorten that). It returns an error
+// only for an invalid key or when no node answered; per-node failures are in
+// NodeStatus.Err.
+func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
+	if key == "" {
+		return Status{}, invalid("key must not be empty")
+	}
+	lockKey, fenceKey := l.lockKey(key), l.fenceKey(key)
+	waitersKey, _ := l.waitKeys(key)
+	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
+	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
+		func(ctx context.Context, i int) (NodeStatus, error) {
+			var get, fence *redis.StringCmd
+			var pttl *redis.DurationCmd
+			var waiters *redis.IntCmd
+			_, err := l.nodes[i].Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				get = p.Get(ctx, lockKey)
+				pttl = p.PTTL(ctx, lockKey)
+				fence = p.Get(ctx, fenceKey)
+				waiters = p.ZCard(ctx, waitersKey)
+				return nil
+			})
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return NodeStatus{}, err
+			}
+			var ns NodeStatus
+			if v, err := get.Result(); err == nil {
+				ns.Held = true
+				ns.Reserved = len(v) > 0 && v[0] == '~'
+				ns.TTL = pttl.Val()
+				if ns.TTL < 0 {
+					ns.TTL = -1
+				}
+			}
+			if f, err := fence.Uint64(); err == nil {
+				ns.Fence = f
+			}
+			ns.Waiters = waiters.Val()
+			return ns, nil
+		},
+		func([]quorum.Result[NodeStatus]) bool { return false }, nil)
+	answered := make([]bool, len(l.nodes))
+	held := 0
+	for _, r := range results {
+		answered[r.Node] = true
+		ns := r.Val
+		ns.Err = r.Err
+		ns.Addr = l.nodes[r.Node].Addr
+		st.Nodes[r.Node] = ns
+		if r.Err != nil {
+			continue
+		}
+		if ns.Held {
+			held++
+			if st.TTL == 0 || (ns.TTL > 0 && ns.TTL < st.TTL) {
+				st.TTL = ns.TTL
+			}
+		}
+		st.Fence = max(st.Fence, ns.Fence)
+		st.Waiters = max(st.Waiters, ns.Waiters)
+	}
+	errs := 0
+	for i, a := range answered {
+		if !a {
+			st.Nodes[i] = NodeStatus{Addr: l.nodes[i].Addr, Err: &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded}}
+		}
+		if st.Nodes[i].Err != nil {
+			errs++
+		}
+	}
+	st.Held = held >= l.quorum
+	if errs == len(l.nodes) {
+		nodeErrs := make([]error, 0, errs)
+		for _, ns := range st.Nodes {
+			nodeErrs = append(nodeErrs, ns.Err)
+		}
+		return st, fmt.Errorf("dlock: status %q: no node answered: %w", key, errors.Join(nodeErrs...))
+	}
+	return st, nil
+}
+
+// ForceRelease deletes the lock named key on every node whatever its owner,
+// and wakes the next waiter: an administrator's tool for a lock whose owner
+// is known to be gone. A live owner sees its lock lost at its next renewal,
+// and may meanwhile still act as the owner; fencing is the defence. It
+// returns how many nodes held the key, and an error if any node could not be
+// reached.
+func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
+	if key == "" {
+		return 0, invalid("key must not be empty")
+	}
+	lockKey := l.lockKey(key)
+	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
+		func(ctx context.Context, i int) (int64, error) {
+			// Release with whatever value the key holds, so that the next
+			// waiter is woken as by a normal release. Try again if the
+			// value changed in between.
+			for range 3 {
+				v, err := l.nodes[i].Client.Get(ctx, lockKey).Result()
+				if errors.Is(err, redis.Nil) {
+					return 0, nil
+				}
+				if err != nil {
+					return 0, err
+				}
+				n, err := l.runRelease(ctx, i, key, v, "")
+				if err != nil || n == 1 {
+					return n, err
+				}
+			}
+			return 0, fmt.Errorf("the lock changed hands during the release, try again")
+		},
+		func([]quorum.Result[int64]) bool { return false }, nil)
+	deleted := 0
+	answered := make([]bool, len(l.nodes))
+	var errs []error
+	for _, r := range results {
+		answered[r.Node] = true
+		if r.Err != nil {
+			errs = append(errs, &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err})
+		} else if r.Val == 1 {
+			deleted++
+		}
+	}
+	for i, a := range answered {
+		if !a {
+			errs = append(errs, &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded})
+		}
+	}
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("dlock: force release %q: %w", key, errors.Join(errs...))
+	}
+	return deleted, nil
+}
