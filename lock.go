@@ -281,6 +281,16 @@ func (k *Lock) markLost() {
 	}
 }
 
+// stopRenewal stops auto-renewal (Locker.Close): the lock stays held until its
+// validity runs out.
+func (k *Lock) stopRenewal() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.renewTimer != nil {
+		k.renewTimer.Stop()
+	}
+}
+
 func (k *Lock) stopTimers() {
 	if k.renewTimer != nil {
 		k.renewTimer.Stop()
@@ -306,6 +316,12 @@ func (k *Lock) onLost(f func()) {
 		k.onLostFns = append(k.onLostFns, f)
 	}
 	k.mu.Unlock()
+}
+
+func (k *Lock) isReleased() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.released
 }
 
 func (k *Lock) wasLost() bool {
@@ -350,11 +366,16 @@ func (k *Lock) Release(ctx context.Context) error {
 	n := len(l.nodes)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.nodeTimeout(ttl), 100*time.Millisecond))
 	defer cancel()
+	// Decide as soon as the outcome is known: a node that has not answered
+	// by then still gets the release, which it runs when it can.
 	results := quorum.Fanout(ctx, l.nodes, time.Hour,
 		func(ctx context.Context, i int) (int64, error) {
 			return l.runRelease(ctx, i, k.key, k.token, "")
 		},
-		func(rs []quorum.Result[int64]) bool { return false }, nil)
+		func(rs []quorum.Result[int64]) bool {
+			ok, bad := countOK(rs)
+			return ok >= l.quorum || bad > n-l.quorum
+		}, nil)
 	ok, refused, errs := k.tally(results)
 	var err error
 	switch {

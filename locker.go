@@ -105,8 +105,9 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 }
 
 // Close ends the Locker: it unsubscribes, stops the renewal of every lock it
-// holds (their Lost channels close; the keys expire in Redis after their TTL
-// unless released), and makes waiting and future Acquire calls return an
+// holds (each stays held until its current validity runs out, then its Lost
+// channel closes; the keys expire in Redis after their TTL unless
+// released), and makes waiting and future Acquire calls return an
 // error wrapping ErrNotAcquired and ErrClosed. Release still works on locks
 // of a closed Locker. Close does not close the Redis clients. It is
 // idempotent.
@@ -130,7 +131,7 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 
 	for _, k := range locks {
-		k.markLost()
+		k.stopRenewal()
 	}
 	var errs []error
 	for _, s := range l.subs {
@@ -442,13 +443,16 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	n := len(l.nodes)
 	res := attemptResult{quorum: l.quorum, nodes: n}
 
-	// decided is closed once the attempt's outcome is known; failed says
-	// whether it failed, for calls that answer after the round.
+	// decided is closed once the attempt's outcome is known (k is set if it
+	// succeeded). A node that answers after the round may have set the key
+	// after all: release it there if the attempt failed, or if the lock was
+	// released meanwhile (Release reaches every node, but a node that was
+	// frozen may run this late command after the release).
 	decided := make(chan struct{})
-	var failed bool
+	var k *Lock
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
-		if failed && (r.Err != nil || r.Val.ok) {
+		if (r.Err != nil || r.Val.ok) && (k == nil || k.isReleased()) {
 			l.releaseNodes(key, token, []int{r.Node}, cfg.ttl)
 		}
 	}
@@ -509,7 +513,6 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		}
 	}
 
-	var k *Lock
 	if res.granted >= l.quorum {
 		ok := true
 		if n > 1 {
@@ -523,7 +526,6 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		}
 	}
 	if k == nil {
-		failed = true
 		// Release wherever the key may have been set: granted nodes, and
 		// nodes whose answer was lost or late.
 		var cleanup []int

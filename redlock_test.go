@@ -1,0 +1,210 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+func redlock(t *testing.T, n int) (*dlock.Locker, []*dlocktest.Server, []redis.UniversalClient) {
+	t.Helper()
+	servers := dlocktest.StartN(t, n)
+	clients := dlocktest.Clients(t, servers...)
+	l, err := dlock.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, servers, clients
+}
+
+// TestRedlockMinorityFrozen: with default go-redis clients (which do not
+// apply ctx deadlines to reads), two frozen nodes of five must not slow
+// Acquire, Release or renewal down to their read timeout.
+func TestRedlockMinorityFrozen(t *testing.T) {
+	l, servers, _ := redlock(t, 5)
+	for _, s := range servers[:2] {
+		if err := s.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		k, err := l.Acquire(ctx(t), "minority", dlock.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatalf("Acquire with 2 of 5 nodes frozen: %v", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("Acquire took %s with 2 of 5 nodes frozen", el)
+		}
+		start = time.Now()
+		if err := k.Release(ctx(t)); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("Release took %s with 2 of 5 nodes frozen", el)
+		}
+	}
+	// Renewal keeps the lock for several TTLs with the minority frozen.
+	k, err := l.Acquire(ctx(t), "minority-renew", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost():
+		t.Fatal("lock lost with only a minority frozen")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	k.Release(ctx(t))
+	for _, s := range servers[:2] {
+		s.Thaw()
+	}
+}
+
+// TestRedlockMajorityFrozen: with three of five nodes frozen there is no
+// quorum; TryAcquire refuses after the node timeout, Acquire within its
+// deadline, both with the node errors visible.
+func TestRedlockMajorityFrozen(t *testing.T) {
+	l, servers, _ := redlock(t, 5)
+	for _, s := range servers[:3] {
+		if err := s.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, err := l.TryAcquire(ctx(t), "majority")
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with 3 of 5 frozen: %v, want ErrNotAcquired", err)
+	}
+	var ne *dlock.NodeError
+	if !errors.As(err, &ne) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v does not expose the node timeouts", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("TryAcquire took %s", el)
+	}
+
+	dctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = l.Acquire(dctx, "majority")
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with 3 of 5 frozen: %v", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("Acquire with an 800ms deadline took %s", el)
+	}
+	for _, s := range servers[:3] {
+		s.Thaw()
+	}
+	// Back to a quorum: it works again (the frozen nodes may still hold
+	// keys from the failed attempts until those are cleaned up or expire).
+	k, err := l.Acquire(ctx(t), "majority")
+	if err != nil {
+		t.Fatalf("Acquire after thaw: %v", err)
+	}
+	k.Release(ctx(t))
+}
+
+// TestRedlockFencesAcrossMajorities: node 0's counter is far ahead; the first
+// holder's quorum {0,1,2} gets fence 1001 and raises nodes 1 and 2 to it; the
+// second holder's quorum {2,3,4} shares only node 2 with it, and must still
+// get a larger fence.
+func TestRedlockFencesAcrossMajorities(t *testing.T) {
+	l, servers, clients := redlock(t, 5)
+	if err := clients[0].Set(ctx(t), "dlock:{pay}:fence", 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	freeze := func(idx ...int) func() {
+		for _, i := range idx {
+			if err := servers[i].Freeze(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return func() {
+			for _, i := range idx {
+				servers[i].Thaw()
+			}
+		}
+	}
+	thaw := freeze(3, 4)
+	k1, err := l.Acquire(ctx(t), "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1.Fence() != 1001 {
+		t.Errorf("first fence = %d, want 1001 (the maximum of the quorum)", k1.Fence())
+	}
+	if err := k1.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	thaw()
+	// The acquire and release commands that the frozen nodes received run
+	// when they thaw; the late acquire must not leave the key behind.
+	for _, i := range []int{3, 4} {
+		waitFor(t, func() bool { return clients[i].Exists(ctx(t), "dlock:{pay}").Val() == 0 }, "late acquisition cleaned up")
+	}
+	thaw = freeze(0, 1)
+	defer thaw()
+	k2, err := l.Acquire(ctx(t), "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2.Fence() <= k1.Fence() {
+		t.Errorf("second holder's fence %d is not larger than the first's %d", k2.Fence(), k1.Fence())
+	}
+	k2.Release(ctx(t))
+}
+
+// TestRedlockLostWhenMajorityGone: a holder whose nodes stop answering is told
+// before the lock can expire.
+func TestRedlockLostWhenMajorityGone(t *testing.T) {
+	l, servers, _ := redlock(t, 3)
+	k, err := l.Acquire(ctx(t), "gone", dlock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Kill()
+	servers[1].Freeze()
+	defer servers[1].Thaw()
+	select {
+	case <-k.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost did not fire with 2 of 3 nodes gone")
+	}
+	if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after loss: %v, want ErrNotHeld", err)
+	}
+}
+
+func TestRedlockStatusAndForceRelease(t *testing.T) {
+	l, _, _ := redlock(t, 3)
+	k, err := l.Acquire(ctx(t), "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx(t), "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Fence != k.Fence() || len(st.Nodes) != 3 || st.TTL <= 0 {
+		t.Errorf("status = %+v", st)
+	}
+	n, err := l.ForceRelease(ctx(t), "admin")
+	if err != nil || n != 3 {
+		t.Fatalf("ForceRelease = %d, %v", n, err)
+	}
+	st, _ = l.Status(ctx(t), "admin")
+	if st.Held {
+		t.Error("still held after ForceRelease")
+	}
+	if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after ForceRelease: %v, want ErrNotHeld", err)
+	}
+}
