@@ -820,3 +820,24 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestAcquireUnreachable(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	l := dlock.New(c)
+	defer l.Close()
+	s.Kill()
+	_, err := l.TryAcquire(ctx(t), "down")
+	var ne *dlock.NodeError
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &ne) {
+		t.Fatalf("TryAcquire on a dead Redis: %v, want ErrNotAcquired with a *NodeError", err)
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(dctx, "down")
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) {
+		t.Fatalf("Acquire on a dead Redis: %v, want ErrNotAcquired, DeadlineExceeded and the node error", err)
+	}
+	t.Log(err)
+}

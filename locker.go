@@ -308,9 +308,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		case <-timer.C:
 			timerWakes++
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+			return nil, res.err(key, ctx)
 		case <-l.done:
-			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 		}
 	}
 }
@@ -408,6 +408,11 @@ type attemptResult struct {
 
 func (r attemptResult) err(key string, ctx context.Context) error {
 	if ctx.Err() != nil {
+		if len(r.nodeErrs) > 0 {
+			// Say why the last attempt failed, too: a wait that ends on
+			// unreachable nodes should not look like a busy lock.
+			return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotAcquired, key, ctx.Err(), errors.Join(r.nodeErrs...))
+		}
 		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
 	}
 	if r.late {

@@ -1,0 +1,145 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+)
+
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	lock, err := locker.Acquire(context.Background(), "example:new")
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	fmt.Println("holding", lock.Key())
+	if err := lock.Release(context.Background()); err != nil {
+		fmt.Println("release:", err)
+	}
+	// Output: holding example:new
+}
+
+func ExampleNewRedlock() {
+	// Five independent masters; a lock needs three of them.
+	var clients []redis.UniversalClient
+	for _, addr := range redlockAddrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	locker, err := dlock.NewRedlock(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	lock, err := locker.TryAcquire(context.Background(), "example:redlock")
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer lock.Release(context.Background())
+	fmt.Println("holding", lock.Key(), "on a quorum of", len(clients))
+	// Output: holding example:redlock on a quorum of 5
+}
+
+func ExampleLocker_Acquire() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	// Wait at most five seconds for the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lock, err := locker.Acquire(ctx, "example:report", dlock.WithTTL(10*time.Second))
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		fmt.Println("someone else is writing the report")
+		return
+	} else if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Release(context.Background())
+
+	// Work under the lock, and stop if it is lost. The fence goes with every
+	// write to storage that can reject a stale holder.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = lock.Fence() // e.g. UPDATE ... WHERE fence < $1
+	}()
+	select {
+	case <-done:
+		fmt.Println("report written")
+	case <-lock.Lost():
+		fmt.Println("lock lost: abandon the work")
+	}
+	// Output: report written
+}
+
+func ExampleLocker_TryAcquire() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	first, err := locker.TryAcquire(context.Background(), "example:cron")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer first.Release(context.Background())
+
+	// Another instance of the cron job finds the lock held and skips its run.
+	_, err = locker.TryAcquire(context.Background(), "example:cron")
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	// Output: true
+}
+
+func ExampleLocker_Do() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	err := locker.Do(context.Background(), "example:payout:42", func(ctx context.Context) error {
+		// ctx is cancelled, with cause dlock.ErrLockLost, if the lock is lost.
+		fmt.Println("paying account 42")
+		return nil
+	}, dlock.WithTTL(5*time.Second))
+	if errors.Is(err, dlock.ErrLockLost) {
+		fmt.Println("the lock was lost during the payout: check it")
+	}
+	fmt.Println("done:", err)
+	// Output:
+	// paying account 42
+	// done: <nil>
+}
+
+func ExampleLock_Fence() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	ctx := context.Background()
+	a, _ := locker.Acquire(ctx, "example:fence")
+	fa := a.Fence()
+	a.Release(ctx)
+	b, _ := locker.Acquire(ctx, "example:fence")
+	defer b.Release(ctx)
+	fmt.Println(b.Fence() > fa)
+	// Output: true
+}
