@@ -1,0 +1,95 @@
+// Package bench compares dlock with the Go Redis lock libraries it is most
+// often weighed against, on real redis-server processes started on loopback.
+//
+// Each library is wrapped in a small adapter (one file each) that uses it the
+// way its documentation shows. The scenarios live in scenarios.go, the
+// report in report.go, and the command that runs everything in
+// cmd/dlockbench.
+package bench
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Process stands for one client process: its own Redis client(s) and its
+// own locker. Contended scenarios give every worker its own Process, since
+// dlock (like rueidislock) queues the goroutines of one process locally.
+type Process interface {
+	// Lock acquires key, waiting the way the library waits, until ctx ends.
+	Lock(ctx context.Context, key string) (Held, error)
+	// Close releases the process's locker and clients.
+	Close() error
+}
+
+// Held is an acquired lock.
+type Held interface {
+	Unlock(ctx context.Context) error
+}
+
+// Library describes one library (or one configuration of a library).
+type Library struct {
+	Name string
+	// GoRedis is true for libraries built on go-redis (the uncontended
+	// target compares dlock with the fastest of those).
+	GoRedis bool
+	// Note says how the library is configured, for the report.
+	Note string
+	// New starts a Process on the given nodes (one address: a single Redis;
+	// several: Redlock, for the libraries that support it). Every command
+	// the process's clients send is counted in sent.
+	New func(addrs []string, sent *Counter) (Process, error)
+}
+
+// Counter counts the commands clients send to Redis (round trips), not the
+// commands that scripts run inside Redis.
+type Counter struct{ n atomic.Int64 }
+
+// Load returns the count.
+func (c *Counter) Load() int64 { return c.n.Load() }
+
+func (c *Counter) add(n int) {
+	if c != nil {
+		c.n.Add(int64(n))
+	}
+}
+
+// countHook is a go-redis hook that counts every command sent, including
+// each command of a pipeline.
+type countHook struct{ c *Counter }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.c.add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.c.add(len(cmds))
+		return next(ctx, cmds)
+	}
+}
+
+// goRedisClient returns a go-redis client with default settings whose
+// commands are counted in sent.
+func goRedisClient(addr string, sent *Counter) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	c.AddHook(countHook{sent})
+	return c
+}
+
+// Libraries returns the libraries compared on one Redis, dlock first.
+func Libraries() []Library {
+	return []Library{
+		DlockLibrary(),
+		RedsyncLibrary(false), RedsyncLibrary(true),
+		RedislockLibrary(false), RedislockLibrary(true),
+		RueidislockLibrary(),
+	}
+}

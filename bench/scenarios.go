@@ -1,0 +1,480 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is what the scenarios need from a redis-server: its address and an
+// uncounted admin client for INFO and FLUSHALL.
+type Server struct {
+	Addr  string
+	Admin *redis.Client
+}
+
+// ServerStats is a snapshot of a server's INFO commandstats and cpu.
+type ServerStats struct {
+	// Commands is the number of commands executed, including those run
+	// inside scripts, excluding INFO, CONFIG and the admin's FLUSHALL.
+	Commands int64
+	// CPU is used_cpu_sys + used_cpu_user.
+	CPU time.Duration
+}
+
+// Stats takes a snapshot of the server's counters.
+func (s Server) Stats(ctx context.Context) (ServerStats, error) {
+	info, err := s.Admin.Info(ctx, "commandstats", "cpu").Result()
+	if err != nil {
+		return ServerStats{}, err
+	}
+	return parseStats(info), nil
+}
+
+func parseStats(info string) ServerStats {
+	var st ServerStats
+	var cpu float64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if name, rest, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(name, "cmdstat_") {
+			cmd := strings.TrimPrefix(name, "cmdstat_")
+			if cmd == "info" || strings.HasPrefix(cmd, "config") || cmd == "flushall" {
+				continue
+			}
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					st.Commands += n
+				}
+			}
+			continue
+		}
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f
+			}
+		}
+	}
+	st.CPU = time.Duration(cpu * float64(time.Second))
+	return st
+}
+
+// processCPU returns the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// percentile returns the p-th percentile (0..100) of d, sorting it.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(float64(len(d)-1) * p / 100)
+	return d[i]
+}
+
+// startProcesses starts n processes of lib, closing them all on error.
+func startProcesses(lib Library, addrs []string, n int, sent *Counter) ([]Process, error) {
+	ps := make([]Process, 0, n)
+	for i := 0; i < n; i++ {
+		p, err := lib.New(addrs, sent)
+		if err != nil {
+			closeAll(ps)
+			return nil, fmt.Errorf("%s: start process: %w", lib.Name, err)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func closeAll(ps []Process) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = p.Close() }()
+	}
+	wg.Wait()
+}
+
+var runSeq atomic.Int64
+
+// freshKey returns a key no earlier run used, so no state is left over.
+func freshKey(prefix string) string {
+	return fmt.Sprintf("bench-%s-%d", prefix, runSeq.Add(1))
+}
+
+// UncontendedResult is one run of the uncontended scenario.
+type UncontendedResult struct {
+	Lib        string
+	Goroutines int
+	Ops        int64
+	OpsPerSec  float64 // acquire+release pairs per second
+	AcqP50     time.Duration
+	AcqP99     time.Duration
+	RelP50     time.Duration
+	RelP99     time.Duration
+	Errors     int64
+}
+
+// Uncontended runs g goroutines of one process, each acquiring and releasing
+// its own key, for warm + dur; the numbers cover the last dur.
+func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration) (UncontendedResult, error) {
+	res := UncontendedResult{Lib: lib.Name, Goroutines: g}
+	ps, err := startProcesses(lib, addrs, 1, nil)
+	if err != nil {
+		return res, err
+	}
+	defer closeAll(ps)
+	p := ps[0]
+	start := time.Now()
+	mStart, mEnd := start.Add(warm), start.Add(warm+dur)
+	ctx, cancel := context.WithDeadline(context.Background(), mEnd.Add(5*time.Second))
+	defer cancel()
+	base := freshKey("u")
+	var (
+		mu       sync.Mutex
+		acq, rel []time.Duration
+		ops      atomic.Int64
+		errs     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := base + ":" + strconv.Itoa(i)
+			var la, lr []time.Duration
+			for n := 0; n < 10_000_000; n++ {
+				t0 := time.Now()
+				if !t0.Before(mEnd) {
+					break
+				}
+				h, err := p.Lock(ctx, key)
+				t1 := time.Now()
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				err = h.Unlock(ctx)
+				t2 := time.Now()
+				if err != nil {
+					errs.Add(1)
+				}
+				if !t0.Before(mStart) && t2.Before(mEnd) {
+					ops.Add(1)
+					if g == 1 || n%8 == 0 { // sample, to bound memory with many goroutines
+						la = append(la, t1.Sub(t0))
+						lr = append(lr, t2.Sub(t1))
+					}
+				}
+			}
+			mu.Lock()
+			acq = append(acq, la...)
+			rel = append(rel, lr...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Ops = ops.Load()
+	res.OpsPerSec = float64(res.Ops) / dur.Seconds()
+	res.AcqP50, res.AcqP99 = percentile(acq, 50), percentile(acq, 99)
+	res.RelP50, res.RelP99 = percentile(rel, 50), percentile(rel, 99)
+	res.Errors = errs.Load()
+	return res, nil
+}
+
+// ContendedResult is one run of the contended scenario.
+type ContendedResult struct {
+	Lib          string
+	Workers      int
+	Hold         time.Duration
+	Acquisitions int64
+	AcqPerSec    float64
+	HandoffP50   time.Duration
+	HandoffP99   time.Duration
+	Handoffs     int
+	FairMin      int64
+	FairMax      int64
+	// RoundTrips is the number of commands the clients sent per acquisition.
+	RoundTrips float64
+	// Commands is the number of commands Redis executed per acquisition,
+	// including those inside scripts.
+	Commands float64
+	// ClientCPU and RedisCPU are per acquisition.
+	ClientCPU  time.Duration
+	RedisCPU   time.Duration
+	Violations int64
+	Errors     int64
+}
+
+// Fairness is min/max acquisitions per worker.
+func (r ContendedResult) Fairness() float64 {
+	if r.FairMax == 0 {
+		return 0
+	}
+	return float64(r.FairMin) / float64(r.FairMax)
+}
+
+// Contended runs w workers, each its own process, on one key, each holding
+// the lock for hold (a sleep) and releasing it, for warm + dur; the numbers
+// cover the last dur.
+func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (ContendedResult, error) {
+	res := ContendedResult{Lib: lib.Name, Workers: w, Hold: hold}
+	sent := &Counter{}
+	ps, err := startProcesses(lib, []string{srv.Addr}, w, sent)
+	if err != nil {
+		return res, err
+	}
+	defer closeAll(ps)
+	key := freshKey("c")
+
+	// Per acquisition, in the order the lock was taken: when Acquire returned
+	// and when the following Release returned, in ns since base.
+	const maxRec = 1 << 20
+	base := time.Now()
+	acqAt := make([]int64, maxRec)
+	relAt := make([]int64, maxRec)
+	var (
+		seq, inside, violations, errs atomic.Int64
+		counts                        = make([]int64, w)
+		wg                            sync.WaitGroup
+	)
+	mStart, mEnd := base.Add(warm), base.Add(warm+dur)
+	ctx, cancel := context.WithDeadline(context.Background(), mEnd)
+	defer cancel()
+	for i := 0; i < w; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := ps[i]
+			for n := 0; n < 10_000_000 && ctx.Err() == nil; n++ {
+				h, err := p.Lock(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs.Add(1)
+					}
+					continue
+				}
+				t := time.Since(base)
+				if inside.Add(1) != 1 {
+					violations.Add(1)
+				}
+				k := seq.Add(1) - 1
+				if k < maxRec {
+					acqAt[k] = int64(t)
+				}
+				if t >= warm && t < warm+dur {
+					counts[i]++
+				}
+				time.Sleep(hold)
+				inside.Add(-1)
+				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err = h.Unlock(rctx)
+				rcancel()
+				if k < maxRec {
+					relAt[k] = int64(time.Since(base))
+				}
+				if err != nil {
+					errs.Add(1)
+				}
+			}
+		}()
+	}
+
+	sctx, scancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
+	defer scancel()
+	time.Sleep(time.Until(mStart))
+	sent0, cpu0 := sent.Load(), processCPU()
+	st0, err0 := srv.Stats(sctx)
+	time.Sleep(time.Until(mEnd))
+	sent1, cpu1 := sent.Load(), processCPU()
+	st1, err1 := srv.Stats(sctx)
+	cancel()
+	wg.Wait()
+	if err := errors.Join(err0, err1); err != nil {
+		return res, err
+	}
+
+	var handoffs []time.Duration
+	n := min(seq.Load(), maxRec)
+	for k := int64(1); k < n; k++ {
+		a := time.Duration(acqAt[k])
+		if a < warm || a >= warm+dur || relAt[k-1] == 0 {
+			continue
+		}
+		h := a - time.Duration(relAt[k-1])
+		if h < 0 {
+			// The next holder was told before the releaser read its reply.
+			h = 0
+		}
+		handoffs = append(handoffs, h)
+	}
+	for i, c := range counts {
+		res.Acquisitions += c
+		if i == 0 || c < res.FairMin {
+			res.FairMin = c
+		}
+		res.FairMax = max(res.FairMax, c)
+	}
+	res.AcqPerSec = float64(res.Acquisitions) / dur.Seconds()
+	res.Handoffs = len(handoffs)
+	res.HandoffP50, res.HandoffP99 = percentile(handoffs, 50), percentile(handoffs, 99)
+	if a := res.Acquisitions; a > 0 {
+		res.RoundTrips = float64(sent1-sent0) / float64(a)
+		res.Commands = float64(st1.Commands-st0.Commands) / float64(a)
+		res.ClientCPU = (cpu1 - cpu0) / time.Duration(a)
+		res.RedisCPU = (st1.CPU - st0.CPU) / time.Duration(a)
+	}
+	res.Violations = violations.Load()
+	res.Errors = errs.Load()
+	return res, nil
+}
+
+// IdleResult is one run of the idle-waiting scenario.
+type IdleResult struct {
+	Lib     string
+	Waiters int
+	Window  time.Duration
+	// CommandsPerSec counts every command Redis executed (scripts' included)
+	// during the window, holder's included; RoundTripsPerSec counts the
+	// commands the clients sent.
+	CommandsPerSec   float64
+	RoundTripsPerSec float64
+	// ClientCPU and RedisCPU are the CPU used during the window.
+	ClientCPU time.Duration
+	RedisCPU  time.Duration
+	Errors    int64
+}
+
+// PerWaiter is the Redis commands per second per waiter.
+func (r IdleResult) PerWaiter() float64 { return r.CommandsPerSec / float64(r.Waiters) }
+
+// Idle holds a lock in one process while n other processes wait for it; after
+// settle it measures a window of dur, then cancels the waiters.
+func Idle(lib Library, srv Server, n int, settle, dur time.Duration) (IdleResult, error) {
+	res := IdleResult{Lib: lib.Name, Waiters: n, Window: dur}
+	sent := &Counter{}
+	ps, err := startProcesses(lib, []string{srv.Addr}, n+1, sent)
+	if err != nil {
+		return res, err
+	}
+	defer closeAll(ps)
+	key := freshKey("idle")
+	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer hcancel()
+	held, err := ps[0].Lock(hctx, key)
+	if err != nil {
+		return res, fmt.Errorf("%s: holder: %w", lib.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle+dur+10*time.Second)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		errs atomic.Int64
+	)
+	for _, p := range ps[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := p.Lock(ctx, key)
+			if err == nil {
+				errs.Add(1) // the lock is held throughout: nobody should get it
+				_ = h.Unlock(context.Background())
+			}
+		}()
+	}
+	time.Sleep(settle)
+	sent0, cpu0 := sent.Load(), processCPU()
+	st0, err0 := srv.Stats(ctx)
+	time.Sleep(dur)
+	sent1, cpu1 := sent.Load(), processCPU()
+	st1, err1 := srv.Stats(ctx)
+	cancel()
+	wg.Wait()
+	_ = held.Unlock(hctx)
+	if err := errors.Join(err0, err1); err != nil {
+		return res, err
+	}
+	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / dur.Seconds()
+	res.RoundTripsPerSec = float64(sent1-sent0) / dur.Seconds()
+	res.ClientCPU = cpu1 - cpu0
+	res.RedisCPU = st1.CPU - st0.CPU
+	res.Errors = errs.Load()
+	return res, nil
+}
+
+// LatencyResult is a series of uncontended acquisitions (Redlock scenario).
+type LatencyResult struct {
+	Lib    string
+	Nodes  int
+	Label  string
+	Calls  int
+	AcqP50 time.Duration
+	AcqP99 time.Duration
+	AcqMax time.Duration
+	RelMax time.Duration
+	Errors int64
+}
+
+// Latency acquires and releases a key from one process, one call at a time,
+// for dur (at least minCalls calls, at most maxCalls), each call bounded by
+// callTimeout.
+func Latency(lib Library, addrs []string, label string, warm, dur time.Duration, minCalls, maxCalls int, callTimeout time.Duration) (LatencyResult, error) {
+	res := LatencyResult{Lib: lib.Name, Nodes: len(addrs), Label: label}
+	ps, err := startProcesses(lib, addrs, 1, nil)
+	if err != nil {
+		return res, err
+	}
+	defer closeAll(ps)
+	p := ps[0]
+	key := freshKey("r")
+	var acq []time.Duration
+	start := time.Now()
+	for n := 0; n < maxCalls+100_000; n++ {
+		el := time.Since(start)
+		if el >= warm+dur && len(acq) >= minCalls || len(acq) >= maxCalls {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		t0 := time.Now()
+		h, err := p.Lock(ctx, key)
+		t1 := time.Now()
+		if err != nil {
+			cancel()
+			res.Errors++
+			if el >= warm {
+				acq = append(acq, t1.Sub(t0))
+			}
+			continue
+		}
+		err = h.Unlock(ctx)
+		t2 := time.Now()
+		cancel()
+		if err != nil {
+			res.Errors++
+		}
+		if el >= warm {
+			acq = append(acq, t1.Sub(t0))
+			res.RelMax = max(res.RelMax, t2.Sub(t1))
+		}
+	}
+	res.Calls = len(acq)
+	res.AcqP50, res.AcqP99 = percentile(acq, 50), percentile(acq, 99)
+	if len(acq) > 0 {
+		res.AcqMax = acq[len(acq)-1]
+	}
+	return res, nil
+}

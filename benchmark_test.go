@@ -1,0 +1,63 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// BenchmarkAcquireRelease measures one uncontended Acquire+Release on one
+// Redis and on a five-node Redlock: run with -benchmem for allocs/op and B/op
+// (bench/ compares them with the peers).
+func BenchmarkAcquireRelease(b *testing.B) {
+	b.Run("single", func(b *testing.B) {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer c.Close()
+		l := dlock.New(c)
+		defer l.Close()
+		benchAcquireRelease(b, l)
+	})
+	b.Run("redlock5", func(b *testing.B) {
+		var clients []redis.UniversalClient
+		for _, a := range redlockAddrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			defer c.Close()
+			clients = append(clients, c)
+		}
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		benchAcquireRelease(b, l)
+	})
+}
+
+func benchAcquireRelease(b *testing.B, l *dlock.Locker) {
+	ctx := context.Background()
+	key := fmt.Sprintf("bench-%s", b.Name())
+	for i := 0; i < 10; i++ { // connections and scripts warm
+		k, err := l.Acquire(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := k.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k, err := l.Acquire(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := k.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
