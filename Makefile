@@ -19,5 +19,19 @@ test: redis
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
+# Benchmarks against the Go peers (bench/, a module of its own so that the
+# library never depends on them): starts its own redis-servers, prints the
+# tables and writes docs/benchmarks.md and the SVG charts (about 12 minutes).
+# QUICK=1 runs a short version (under a minute) that only checks that it all
+# still works; it writes nothing and its numbers mean nothing.
+bench: redis
+ifdef QUICK
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd bench && $(GO) run ./cmd/dlockbench -quick
+else
+	$(GO) test -run '^$$' -bench AcquireRelease -benchmem .
+	cd bench && $(GO) run ./cmd/dlockbench -out ../docs
+endif
+
 redis:
 	@./scripts/dev/ensure-redis.sh

@@ -2,7 +2,14 @@ module github.com/dlock-dev/dlock/bench
 
 go 1.26.8
 
-require github.com/dlock-dev/dlock v0.0.0-00010101000000-000000000000
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/dlock-dev/dlock v0.0.0-00010101000000-000000000000
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+	gonum.org/v1/plot v0.17.0
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -10,17 +17,12 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
-	github.com/bsm/redislock v0.9.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/go-redsync/redsync/v4 v4.18.1 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	github.com/redis/rueidis v1.0.79 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	gonum.org/v1/plot v0.17.0 // indirect
 )
 
 replace github.com/dlock-dev/dlock => ../

@@ -1,0 +1,322 @@
+// Command dlockbench compares dlock with the Go Redis lock libraries on
+// redis-server processes it starts on loopback, prints the tables, and writes
+// benchmarks.md and SVG charts into -out.
+//
+//	go run ./cmd/dlockbench -out ../docs     # the full run (about 10 minutes)
+//	go run ./cmd/dlockbench -quick           # a short check that everything works
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/bench"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+func main() {
+	testing.Init()
+	// go-redis logs every failed dial; the Redlock fault scenario makes many.
+	redis.SetLogger(quiet{})
+	quick := flag.Bool("quick", false, "a short run, to check that everything works (not to judge speed)")
+	reps := flag.Int("reps", 0, "repetitions of each scenario (default 5, 1 with -quick)")
+	out := flag.String("out", "", "directory to write benchmarks.md and the SVG charts into (default: none)")
+	flag.Parse()
+	if err := run(*quick, *reps, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "dlockbench:", err)
+		os.Exit(1)
+	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...interface{}) {}
+
+type settings struct {
+	warm, dur         time.Duration // uncontended and contended runs
+	idleSettle, idle  time.Duration
+	latWarm, latDur   time.Duration
+	faultMin          int
+	benchtime         string
+	reps, idleReps    int
+	holds             []time.Duration
+	workers           []int
+	idleWaiters       int
+	uncontendedGorout []int
+}
+
+func run(quick bool, reps int, out string) error {
+	s := settings{
+		warm: 300 * time.Millisecond, dur: 2 * time.Second,
+		idleSettle: time.Second, idle: 5 * time.Second,
+		latWarm: 200 * time.Millisecond, latDur: 2 * time.Second,
+		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
+	}
+	if quick {
+		s = settings{
+			warm: 100 * time.Millisecond, dur: 300 * time.Millisecond,
+			idleSettle: 300 * time.Millisecond, idle: time.Second,
+			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
+			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
+		}
+	}
+	if reps > 0 {
+		s.reps = reps
+		s.idleReps = min(reps, s.idleReps)
+	}
+	if err := flag.Set("test.benchtime", s.benchtime); err != nil {
+		return err
+	}
+
+	single, err := dlocktest.NewServer()
+	if err != nil {
+		return err
+	}
+	defer single.Close()
+	var nodes []*dlocktest.Server
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		n, err := dlocktest.NewServer()
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+	}
+	admin := single.Client()
+	defer admin.Close()
+	srv := bench.Server{Addr: single.Addr(), Admin: admin}
+	addr := []string{single.Addr()}
+	var nodeAddrs []string
+	for _, n := range nodes {
+		nodeAddrs = append(nodeAddrs, n.Addr())
+	}
+
+	libs := bench.Libraries()
+	r := &bench.Report{
+		Date:         time.Now(),
+		Machine:      machine(),
+		GoVersion:    runtime.Version(),
+		RedisVersion: redisVersion(admin),
+		Versions:     versions(),
+		Quick:        quick,
+		Reps:         s.reps,
+		Libraries:    libs,
+		NodeTimeout:  500 * time.Millisecond, // dlock's default: TTL/5, at most 500ms
+		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions); Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s",
+			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.latDur, s.benchtime),
+	}
+	log := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+	}
+	flush := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = admin.FlushAll(ctx).Err()
+	}
+
+	// 1. Uncontended.
+	for _, g := range []int{1, 64} {
+		for rep := 0; rep < s.reps; rep++ {
+			var row []bench.UncontendedResult
+			for _, lib := range libs {
+				res, err := bench.Uncontended(lib, addr, g, s.warm, s.dur)
+				if err != nil {
+					return err
+				}
+				log("uncontended g=%d rep %d %-16s %8.0f ops/s  acq p50 %v", g, rep+1, lib.Name, res.OpsPerSec, res.AcqP50)
+				row = append(row, res)
+			}
+			if g == 1 {
+				r.Uncontended1 = append(r.Uncontended1, row)
+			} else {
+				r.Uncontended64 = append(r.Uncontended64, row)
+			}
+			flush()
+		}
+	}
+
+	// 2. Contended.
+	for _, cfg := range []struct {
+		w    int
+		hold time.Duration
+	}{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}} {
+		cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
+		for rep := 0; rep < s.reps; rep++ {
+			var row []bench.ContendedResult
+			for _, lib := range libs {
+				res, err := bench.Contended(lib, srv, cfg.w, cfg.hold, s.warm, s.dur)
+				if err != nil {
+					return err
+				}
+				log("contended W=%d hold=%v rep %d %-16s %7.0f acq/s handoff p50 %v fair %.2f rt %.1f cmds %.1f viol %d err %d",
+					cfg.w, cfg.hold, rep+1, lib.Name, res.AcqPerSec, res.HandoffP50, res.Fairness(), res.RoundTrips, res.Commands, res.Violations, res.Errors)
+				row = append(row, res)
+				flush()
+			}
+			cc.Runs = append(cc.Runs, row)
+		}
+		r.Contended = append(r.Contended, cc)
+	}
+
+	// 3. Idle waiting.
+	for rep := 0; rep < s.idleReps; rep++ {
+		var row []bench.IdleResult
+		for _, lib := range libs {
+			res, err := bench.Idle(lib, srv, 100, s.idleSettle, s.idle)
+			if err != nil {
+				return err
+			}
+			log("idle rep %d %-16s %8.1f cmds/s (%.3f per waiter) client CPU %v", rep+1, lib.Name, res.CommandsPerSec, res.PerWaiter(), res.ClientCPU)
+			row = append(row, res)
+			flush()
+		}
+		r.Idle = append(r.Idle, row)
+	}
+
+	// 4. Allocations (before the Redlock faults; all nodes healthy).
+	for _, lib := range libs {
+		a := bench.Allocs(lib, addr)
+		log("allocs %-16s %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
+		r.Allocs = append(r.Allocs, a)
+	}
+	for _, lib := range []bench.Library{bench.DlockLibrary(), bench.RedsyncFailFastLibrary()} {
+		a := bench.Allocs(lib, nodeAddrs)
+		log("allocs %-16s 5 nodes %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
+		r.Allocs = append(r.Allocs, a)
+	}
+
+	// 5. Redlock, healthy.
+	type rl struct {
+		lib   bench.Library
+		addrs []string
+		label string
+	}
+	healthy := []rl{
+		{bench.DlockLibrary(), nodeAddrs[:1], "dlock, 1 node"},
+		{bench.DlockLibrary(), nodeAddrs, "dlock, 5 nodes"},
+		{bench.RedsyncFailFastLibrary(), nodeAddrs, "redsync-failfast, 5 nodes"},
+		{bench.RedsyncLibrary(false), nodeAddrs, "redsync, 5 nodes"},
+	}
+	for rep := 0; rep < s.reps; rep++ {
+		var row []bench.LatencyResult
+		for _, c := range healthy {
+			res, err := bench.Latency(c.lib, c.addrs, c.label, s.latWarm, s.latDur, 1, 1_000_000, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			log("redlock rep %d %-26s p50 %v p99 %v", rep+1, c.label, res.AcqP50, res.AcqP99)
+			row = append(row, res)
+		}
+		r.RedlockHealthy = append(r.RedlockHealthy, row)
+	}
+
+	// 6. Redlock with one node frozen and one killed.
+	if err := nodes[3].Freeze(); err != nil {
+		return err
+	}
+	if err := nodes[4].Kill(); err != nil {
+		return err
+	}
+	r.FaultNote = fmt.Sprintf("Node 4 of 5 stopped with SIGSTOP (it accepts connections and answers nothing), node 5 killed; every configuration runs at least %d calls and at most %s past the warm-up, each call bounded by a 10s context. A fresh process (new clients) per configuration.", s.faultMin, s.latDur)
+	for _, c := range healthy[1:] {
+		label := strings.Replace(c.label, "5 nodes", "5 nodes, 1 frozen + 1 killed", 1)
+		res, err := bench.Latency(c.lib, c.addrs, label, 0, s.latDur, s.faultMin, 1_000_000, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		log("redlock faulty %-40s calls %d p50 %v max %v release max %v errors %d", label, res.Calls, res.AcqP50, res.AcqMax, res.RelMax, res.Errors)
+		r.RedlockFaulty = append(r.RedlockFaulty, res)
+	}
+
+	md := r.Markdown(out != "")
+	fmt.Println(md)
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "benchmarks.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+		if err := r.Charts(out); err != nil {
+			return err
+		}
+		log("wrote %s", filepath.Join(out, "benchmarks.md"))
+	} else {
+		// Render the charts anyway, so a quick run checks that code too.
+		dir, err := os.MkdirTemp("", "dlockbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := r.Charts(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = ", Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d)%s, %s/%s; shared with other work", model, runtime.NumCPU(), runtime.GOMAXPROCS(0), kernel, runtime.GOOS, runtime.GOARCH)
+}
+
+func redisVersion(c *redis.Client) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+func versions() []string {
+	rev := "this tree"
+	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		rev = "commit " + strings.TrimSpace(string(b))
+	}
+	out := []string{"dlock (" + rev + ")"}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return out
+	}
+	for _, d := range bi.Deps {
+		switch d.Path {
+		case "github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/redis/rueidis":
+			out = append(out, d.Path+" "+d.Version)
+		}
+	}
+	return out
+}

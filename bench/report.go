@@ -1,0 +1,488 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ContendedConfig is one contended configuration and its runs.
+type ContendedConfig struct {
+	Workers int
+	Hold    time.Duration
+	Runs    [][]ContendedResult // [repetition][library]
+}
+
+// Report holds every run of one invocation.
+type Report struct {
+	Date         time.Time
+	Machine      string
+	GoVersion    string
+	RedisVersion string
+	Versions     []string // "module version"
+	Quick        bool
+	Reps         int
+	Settings     string
+	Libraries    []Library
+
+	Uncontended1   [][]UncontendedResult
+	Uncontended64  [][]UncontendedResult
+	Contended      []ContendedConfig
+	Idle           [][]IdleResult
+	RedlockHealthy [][]LatencyResult
+	RedlockFaulty  []LatencyResult
+	FaultNote      string
+	NodeTimeout    time.Duration
+	Allocs         []AllocResult
+}
+
+// pick returns, per repetition, f of lib's result (NaN when absent).
+func pick[T any](runs [][]T, name func(T) string, lib string, f func(T) float64) []float64 {
+	var out []float64
+	for _, rep := range runs {
+		v := math.NaN()
+		for _, r := range rep {
+			if name(r) == lib {
+				v = f(r)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	var w []float64
+	for _, x := range v {
+		if !math.IsNaN(x) {
+			w = append(w, x)
+		}
+	}
+	if len(w) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(w)
+	if len(w)%2 == 1 {
+		return w[len(w)/2]
+	}
+	return (w[len(w)/2-1] + w[len(w)/2]) / 2
+}
+
+func ratios(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / b[i]
+	}
+	return out
+}
+
+func fmtRatios(r []float64) string {
+	var s []string
+	for _, x := range r {
+		s = append(s, fmt.Sprintf("%.2f", x))
+	}
+	return strings.Join(s, " ")
+}
+
+func ms(d float64) string { // d in ns
+	if math.IsNaN(d) {
+		return "–"
+	}
+	switch {
+	case d >= 1e9:
+		return fmt.Sprintf("%.2f s", d/1e9)
+	case d >= 1e6:
+		return fmt.Sprintf("%.1f ms", d/1e6)
+	default:
+		return fmt.Sprintf("%.3f ms", d/1e6)
+	}
+}
+
+func num(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "–"
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f", x)
+	default:
+		return fmt.Sprintf("%.2f", x)
+	}
+}
+
+func us(d float64) string { // d in ns
+	if math.IsNaN(d) {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f µs", d/1e3)
+}
+
+func uname(r UncontendedResult) string { return r.Lib }
+func cname(r ContendedResult) string   { return r.Lib }
+func iname(r IdleResult) string        { return r.Lib }
+func lname(r LatencyResult) string     { return r.Label }
+
+type table struct {
+	head []string
+	rows [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t table) String() string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(t.head, " | ") + " |\n|")
+	for range t.head {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+	for _, r := range t.rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// Target is one performance target and its verdict.
+type Target struct {
+	Name     string
+	Measured string
+	Met      bool
+}
+
+// bestPeer returns the peer (not dlock) with the highest median f among
+// those that pass ok, and its per-repetition values.
+func bestPeer[T any](runs [][]T, name func(T) string, libs []Library, f func(T) float64, ok func(Library) bool) (string, []float64) {
+	best, bestV := "", math.Inf(-1)
+	var bestVals []float64
+	for _, l := range libs {
+		if l.Name == "dlock" || !ok(l) {
+			continue
+		}
+		v := pick(runs, name, l.Name, f)
+		if m := median(v); m > bestV {
+			best, bestV, bestVals = l.Name, m, v
+		}
+	}
+	return best, bestVals
+}
+
+// Targets evaluates the issue's targets on the runs.
+func (r *Report) Targets() []Target {
+	var ts []Target
+	all := func(Library) bool { return true }
+	goRedis := func(l Library) bool { return l.GoRedis }
+	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
+
+	ratioTarget := func(name string, mine, theirs []float64, peer string, limit float64, atLeast bool) {
+		rs := ratios(mine, theirs)
+		m := median(rs)
+		met := m >= limit
+		if !atLeast {
+			met = m <= limit
+		}
+		ts = append(ts, Target{name, fmt.Sprintf("%.2f× %s (per repetition: %s)", m, peer, fmtRatios(rs)), met})
+	}
+
+	if len(r.Uncontended1) > 0 {
+		peer, theirs := bestPeer(r.Uncontended1, uname, r.Libraries, ops, goRedis)
+		ratioTarget("Uncontended, 1 goroutine: ops/s ≥ 0.95× the fastest go-redis peer",
+			pick(r.Uncontended1, uname, "dlock", ops), theirs, peer, 0.95, true)
+	}
+	if len(r.Uncontended64) > 0 {
+		peer, theirs := bestPeer(r.Uncontended64, uname, r.Libraries, ops, goRedis)
+		ratioTarget("Uncontended, 64 goroutines: ops/s ≥ 1.0× the fastest go-redis peer",
+			pick(r.Uncontended64, uname, "dlock", ops), theirs, peer, 1.0, true)
+	}
+	for _, c := range r.Contended {
+		if c.Workers == 32 && c.Hold == 200*time.Microsecond {
+			acq := func(x ContendedResult) float64 { return x.AcqPerSec }
+			fair := func(x ContendedResult) float64 { return x.Fairness() }
+			fairEnough := func(l Library) bool { return median(pick(c.Runs, cname, l.Name, fair)) >= 0.3 }
+			peer, theirs := bestPeer(c.Runs, cname, r.Libraries, acq, fairEnough)
+			if peer == "" {
+				ts = append(ts, Target{"Contended W=32, 200µs: acquisitions/s ≥ 1.3× the best peer with fairness ≥ 0.3", "no peer reached fairness 0.3", true})
+			} else {
+				ratioTarget("Contended W=32, 200µs: acquisitions/s ≥ 1.3× the best peer with fairness ≥ 0.3",
+					pick(c.Runs, cname, "dlock", acq), theirs, peer, 1.3, true)
+			}
+			f := pick(c.Runs, cname, "dlock", fair)
+			ts = append(ts, Target{"Contended W=32, 200µs: dlock fairness min/max ≥ 0.5",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(f), fmtRatios(f)), median(f) >= 0.5})
+			rt := pick(c.Runs, cname, "dlock", func(x ContendedResult) float64 { return x.RoundTrips })
+			ts = append(ts, Target{"Contended W=32, 200µs: round trips per acquisition ≤ 3",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(rt), fmtRatios(rt)), median(rt) <= 3})
+			fairest, _ := bestPeer(c.Runs, cname, r.Libraries, fair, all)
+			cmds := func(x ContendedResult) float64 { return x.Commands }
+			ratioTarget("Contended W=32, 200µs: all Redis commands per acquisition ≤ 0.3× the fairest peer",
+				pick(c.Runs, cname, "dlock", cmds), pick(c.Runs, cname, fairest, cmds), fairest, 0.3, false)
+			cpu := func(x ContendedResult) float64 { return float64(x.ClientCPU) }
+			ratioTarget("Contended W=32, 200µs: client CPU per acquisition ≤ 0.5× redislock-tuned",
+				pick(c.Runs, cname, "dlock", cpu), pick(c.Runs, cname, "redislock-tuned", cpu), "redislock-tuned", 0.5, false)
+		}
+		if c.Workers == 8 && c.Hold == 5*time.Millisecond {
+			h := func(x ContendedResult) float64 { return float64(x.HandoffP50) }
+			mine := pick(c.Runs, cname, "dlock", h)
+			ts = append(ts, Target{"Contended W=8, 5ms: handoff p50 ≤ 0.3 ms",
+				fmt.Sprintf("%s (per repetition: %s ms)", ms(median(mine)), fmtRatios(scale(mine, 1e-6))), median(mine) <= 0.3e6})
+			ratioTarget("Contended W=8, 5ms: handoff p50 ≤ 0.1× redsync (defaults)",
+				mine, pick(c.Runs, cname, "redsync", h), "redsync", 0.1, false)
+		}
+	}
+	var viol int64
+	for _, c := range r.Contended {
+		for _, rep := range c.Runs {
+			for _, x := range rep {
+				if x.Lib == "dlock" {
+					viol += x.Violations
+				}
+			}
+		}
+	}
+	if len(r.Contended) > 0 {
+		ts = append(ts, Target{"Contended: mutual-exclusion violations = 0 (dlock, all runs)", fmt.Sprint(viol), viol == 0})
+	}
+	if len(r.Idle) > 0 {
+		pw := pick(r.Idle, iname, "dlock", func(x IdleResult) float64 { return x.PerWaiter() })
+		ts = append(ts, Target{"Idle waiting: ≤ 0.2 Redis commands per second per waiter",
+			fmt.Sprintf("%.3f (per repetition: %s)", median(pw), fmtRatios(pw)), median(pw) <= 0.2})
+	}
+	if len(r.RedlockHealthy) > 0 {
+		p50 := func(x LatencyResult) float64 { return float64(x.AcqP50) }
+		d5 := pick(r.RedlockHealthy, lname, "dlock, 5 nodes", p50)
+		ratioTarget("Redlock 5 nodes: acquire p50 ≤ 0.8× redsync WithFailFast",
+			d5, pick(r.RedlockHealthy, lname, "redsync-failfast, 5 nodes", p50), "redsync-failfast", 0.8, false)
+		d1 := pick(r.RedlockHealthy, lname, "dlock, 1 node", p50)
+		rs := ratios(d5, d1)
+		ts = append(ts, Target{"Redlock 5 nodes vs dlock on 1 node (reported, no target)",
+			fmt.Sprintf("%.2f× (per repetition: %s)", median(rs), fmtRatios(rs)), true})
+		for _, f := range r.RedlockFaulty {
+			if f.Lib != "dlock" {
+				continue
+			}
+			ratio := float64(f.AcqP50) / median(d5)
+			ts = append(ts, Target{"Redlock, one node frozen + one killed: acquire p50 ≤ 2× healthy",
+				fmt.Sprintf("%.2f× (%s vs %s)", ratio, ms(float64(f.AcqP50)), ms(median(d5))), ratio <= 2})
+			limit := r.NodeTimeout + r.NodeTimeout/5
+			ts = append(ts, Target{fmt.Sprintf("Redlock, one node frozen + one killed: no call stalls past the node timeout (%s)", r.NodeTimeout),
+				fmt.Sprintf("acquire max %s, release max %s, %d errors in %d calls", ms(float64(f.AcqMax)), ms(float64(f.RelMax)), f.Errors, f.Calls),
+				f.AcqMax <= limit && f.RelMax <= limit && f.Errors == 0})
+		}
+	}
+	var dl, rl *AllocResult
+	for i, a := range r.Allocs {
+		if a.Nodes == 1 && a.Lib == "dlock" {
+			dl = &r.Allocs[i]
+		}
+		if a.Nodes == 1 && a.Lib == "redislock" {
+			rl = &r.Allocs[i]
+		}
+	}
+	if dl != nil && rl != nil {
+		ts = append(ts, Target{"Allocations per Acquire+Release on one Redis ≤ redislock's",
+			fmt.Sprintf("%d vs %d allocs/op (%d vs %d B/op)", dl.AllocsPerOp, rl.AllocsPerOp, dl.BytesPerOp, rl.BytesPerOp),
+			dl.AllocsPerOp <= rl.AllocsPerOp})
+	}
+	return ts
+}
+
+func scale(v []float64, k float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = x * k
+	}
+	return out
+}
+
+// Markdown renders the report.
+func (r *Report) Markdown(charts bool) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# dlock benchmarks\n\n")
+	w("Generated by `make bench` (bench/cmd/dlockbench) on %s.", r.Date.UTC().Format("2006-01-02 15:04 MST"))
+	if r.Quick {
+		w(" **Quick run (QUICK=1): too short to judge speed.**")
+	}
+	w("\n\n")
+	w("- Machine: %s\n- Go: %s; redis-server %s, started by the benchmark on 127.0.0.1 (no persistence)\n", r.Machine, r.GoVersion, r.RedisVersion)
+	w("- Libraries: %s\n", strings.Join(r.Versions, ", "))
+	w("- %s\n", r.Settings)
+	w("- Scenarios run interleaved (A B C … A B C …) over %d repetitions; tables show the median of the repetitions, targets show the median ratio and the ratio in each repetition (both measured in the same repetition). The machine is shared and noisy: read ratios, not absolute numbers.\n\n", r.Reps)
+	w("How each library is used:\n\n")
+	for _, l := range r.Libraries {
+		w("- **%s**: %s\n", l.Name, l.Note)
+	}
+	w("- **redsync-failfast** (Redlock only): WithFailFast(true), default go-redis clients\n")
+	w("\n## Targets\n\n")
+	t := table{head: []string{"target", "measured", "verdict"}}
+	for _, x := range r.Targets() {
+		v := "met"
+		if !x.Met {
+			v = "**missed**"
+		}
+		t.add(x.Name, x.Measured, v)
+	}
+	w("%s\n", t)
+
+	if charts {
+		w("![Handoff latency](bench-handoff.svg)\n\n![Commands per acquisition](bench-commands.svg)\n\n![Redlock latency](bench-redlock.svg)\n\n")
+	}
+
+	for _, u := range []struct {
+		title string
+		runs  [][]UncontendedResult
+	}{{"Uncontended, 1 goroutine", r.Uncontended1}, {"Uncontended, 64 goroutines (one process, distinct keys)", r.Uncontended64}} {
+		if len(u.runs) == 0 {
+			continue
+		}
+		w("## %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
+		t := table{head: []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "errors"}}
+		for _, l := range r.Libraries {
+			g := func(f func(UncontendedResult) float64) float64 { return median(pick(u.runs, uname, l.Name, f)) }
+			t.add(l.Name, num(g(func(x UncontendedResult) float64 { return x.OpsPerSec })),
+				ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP50) })),
+				ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP99) })),
+				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP50) })),
+				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP99) })),
+				num(g(func(x UncontendedResult) float64 { return float64(x.Errors) })))
+		}
+		w("%s\n", t)
+	}
+
+	for _, c := range r.Contended {
+		w("## Contended: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
+		w("One key; every worker is its own process (own client, own locker) and holds the lock for %s (a sleep). Handoff: one holder's Release returning → the next Acquire returning. Fairness: min/max acquisitions per worker. Round trips: commands the clients sent; commands: all commands Redis ran, those inside scripts included (INFO commandstats). CPU per acquisition.\n\n", c.Hold)
+		t := table{head: []string{"library", "acq/s", "handoff p50", "handoff p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}}
+		for _, l := range r.Libraries {
+			g := func(f func(ContendedResult) float64) float64 { return median(pick(c.Runs, cname, l.Name, f)) }
+			t.add(l.Name, num(g(func(x ContendedResult) float64 { return x.AcqPerSec })),
+				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP50) })),
+				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP99) })),
+				fmt.Sprintf("%.2f", g(func(x ContendedResult) float64 { return x.Fairness() })),
+				num(g(func(x ContendedResult) float64 { return x.RoundTrips })),
+				num(g(func(x ContendedResult) float64 { return x.Commands })),
+				us(g(func(x ContendedResult) float64 { return float64(x.ClientCPU) })),
+				us(g(func(x ContendedResult) float64 { return float64(x.RedisCPU) })),
+				num(g(func(x ContendedResult) float64 { return float64(x.Violations) })),
+				num(g(func(x ContendedResult) float64 { return float64(x.Errors) })))
+		}
+		w("%s\n", t)
+	}
+
+	if len(r.Idle) > 0 {
+		n, win := r.Idle[0][0].Waiters, r.Idle[0][0].Window
+		w("## Idle waiting: %d waiters, %s\n\nOne process holds the lock; %d other processes wait for it. Measured over %s after the waiters settled: every command Redis ran (the holder's included), the commands the clients sent, and CPU.\n\n", n, win, n, win)
+		t := table{head: []string{"library", "Redis commands/s", "per waiter", "round trips/s", "client CPU", "Redis CPU"}}
+		for _, l := range r.Libraries {
+			g := func(f func(IdleResult) float64) float64 { return median(pick(r.Idle, iname, l.Name, f)) }
+			t.add(l.Name, num(g(func(x IdleResult) float64 { return x.CommandsPerSec })),
+				fmt.Sprintf("%.3f", g(func(x IdleResult) float64 { return x.PerWaiter() })),
+				num(g(func(x IdleResult) float64 { return x.RoundTripsPerSec })),
+				ms(g(func(x IdleResult) float64 { return float64(x.ClientCPU) })),
+				ms(g(func(x IdleResult) float64 { return float64(x.RedisCPU) })))
+		}
+		w("%s\n", t)
+	}
+
+	if len(r.RedlockHealthy) > 0 {
+		w("## Redlock\n\nUncontended acquire+release from one process, one call at a time. The five servers share the machine's cores with the clients.\n\n")
+		t := table{head: []string{"configuration", "acquire p50", "acquire p99", "acquire max", "errors"}}
+		for _, x := range r.RedlockHealthy[0] {
+			g := func(f func(LatencyResult) float64) float64 { return median(pick(r.RedlockHealthy, lname, x.Label, f)) }
+			t.add(x.Label, ms(g(func(x LatencyResult) float64 { return float64(x.AcqP50) })),
+				ms(g(func(x LatencyResult) float64 { return float64(x.AcqP99) })),
+				ms(g(func(x LatencyResult) float64 { return float64(x.AcqMax) })),
+				num(g(func(x LatencyResult) float64 { return float64(x.Errors) })))
+		}
+		w("%s\n", t)
+		if len(r.RedlockFaulty) > 0 {
+			w("### One node frozen (SIGSTOP), one killed\n\n%s\n\n", r.FaultNote)
+			t := table{head: []string{"configuration", "calls", "acquire p50", "acquire max", "release max", "errors"}}
+			for _, x := range r.RedlockFaulty {
+				t.add(x.Label, fmt.Sprint(x.Calls), ms(float64(x.AcqP50)), ms(float64(x.AcqMax)), ms(float64(x.RelMax)), fmt.Sprint(x.Errors))
+			}
+			w("%s\n", t)
+		}
+	}
+
+	if len(r.Allocs) > 0 {
+		w("## Allocations\n\nOne Acquire+Release (uncontended), measured with testing.Benchmark in the same process. `go test -bench AcquireRelease -benchmem` in the root module and in bench/ gives the same numbers.\n\n")
+		t := table{head: []string{"library", "nodes", "allocs/op", "B/op", "time/op"}}
+		for _, a := range r.Allocs {
+			t.add(a.Lib, fmt.Sprint(a.Nodes), fmt.Sprint(a.AllocsPerOp), fmt.Sprint(a.BytesPerOp), us(float64(a.NsPerOp)))
+		}
+		w("%s\n", t)
+	}
+	return b.String()
+}
+
+// Charts writes the SVG charts into dir.
+func (r *Report) Charts(dir string) error {
+	var names []string
+	for _, l := range r.Libraries {
+		names = append(names, l.Name)
+	}
+	var hs, cs []Series
+	for _, c := range r.Contended {
+		if c.Workers == 8 && c.Hold == 5*time.Millisecond || c.Workers == 32 && c.Hold == 200*time.Microsecond {
+			s := Series{Name: fmt.Sprintf("W=%d, hold %s", c.Workers, c.Hold)}
+			for _, n := range names {
+				s.Values = append(s.Values, median(pick(c.Runs, cname, n, func(x ContendedResult) float64 { return float64(x.HandoffP50) / 1e6 })))
+			}
+			hs = append(hs, s)
+		}
+		if c.Workers == 32 && c.Hold == 200*time.Microsecond {
+			for _, m := range []struct {
+				name string
+				f    func(ContendedResult) float64
+			}{
+				{"round trips (commands sent)", func(x ContendedResult) float64 { return x.RoundTrips }},
+				{"all commands (scripts' included)", func(x ContendedResult) float64 { return x.Commands }},
+			} {
+				s := Series{Name: m.name}
+				for _, n := range names {
+					s.Values = append(s.Values, median(pick(c.Runs, cname, n, m.f)))
+				}
+				cs = append(cs, s)
+			}
+		}
+	}
+	msf := func(v float64) string {
+		if v >= 1 {
+			return fmt.Sprintf("%.1f ms", v)
+		}
+		return fmt.Sprintf("%.3f ms", v)
+	}
+	if len(hs) > 0 {
+		if err := LogBars(filepath.Join(dir, "bench-handoff.svg"), "Handoff latency p50 (release returns → next acquire returns), lower is better",
+			"milliseconds (log scale)", names, hs, msf); err != nil {
+			return err
+		}
+	}
+	if len(cs) > 0 {
+		if err := LogBars(filepath.Join(dir, "bench-commands.svg"), "Redis commands per acquisition, one key, 32 workers, hold 200µs",
+			"commands (log scale)", names, cs, func(v float64) string { return num(v) }); err != nil {
+			return err
+		}
+	}
+	if len(r.RedlockHealthy) > 0 {
+		var cats []string
+		s := Series{Name: "acquire p50"}
+		for _, x := range r.RedlockHealthy[0] {
+			cats = append(cats, x.Label)
+			s.Values = append(s.Values, median(pick(r.RedlockHealthy, lname, x.Label, func(x LatencyResult) float64 { return float64(x.AcqP50) / 1e6 })))
+		}
+		for _, x := range r.RedlockFaulty {
+			cats = append(cats, x.Label)
+			s.Values = append(s.Values, float64(x.AcqP50)/1e6)
+		}
+		if err := LogBars(filepath.Join(dir, "bench-redlock.svg"), "Redlock: uncontended acquire p50 by node count, lower is better",
+			"milliseconds (log scale)", cats, []Series{s}, msf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
