@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// keyArg parses the flags of an admin subcommand and its one KEY argument.
+// It returns the key, or the exit status to end with.
+func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
+	if code := c.parseFlags(fs, args); code >= 0 {
+		return "", code
+	}
+	switch rest := fs.Args(); {
+	case len(rest) == 0:
+		return "", c.usageError(fs.Name(), "missing KEY: dlock %s [flags] KEY", fs.Name())
+	case len(rest) > 1:
+		return "", c.usageError(fs.Name(), "one KEY only, got %q; flags go before KEY", rest)
+	case rest[0] == "":
+		return "", c.usageError(fs.Name(), "KEY must not be empty")
+	default:
+		return rest[0], -1
+	}
+}
+
+// statusJSON is the output of dlock status --json.
+type statusJSON struct {
+	Key      string     `json:"key"`
+	Held     bool       `json:"held"`
+	Reserved bool       `json:"reserved"`
+	TTLms    int64      `json:"ttl_ms"`
+	Fence    uint64     `json:"fence"`
+	Waiters  int64      `json:"waiters"`
+	Quorum   int        `json:"quorum"`
+	Nodes    []nodeJSON `json:"nodes"`
+}
+
+type nodeJSON struct {
+	Addr     string `json:"addr"`
+	Held     bool   `json:"held"`
+	Reserved bool   `json:"reserved"`
+	TTLms    int64  `json:"ttl_ms"`
+	Fence    uint64 `json:"fence"`
+	Waiters  int64  `json:"waiters"`
+	Error    string `json:"error,omitempty"`
+}
+
+// status is dlock status.
+func (c *cli) status(ctx context.Context, args []string) int {
+	fs := newFlagSet("status")
+	var rf redisFlags
+	rf.register(fs, c)
+	asJSON := fs.Bool("json", false, "print JSON")
+	key, code := c.keyArg(fs, args)
+	if code >= 0 {
+		return code
+	}
+	t, err := rf.open()
+	if err != nil {
+		return c.usageError("status", "%s", err)
+	}
+	defer t.Close()
+	st, err := t.locker.Status(ctx, key)
+	if err != nil {
+		if errors.Is(err, dlock.ErrInvalid) {
+			return c.usageError("status", "%s", errText(err))
+		}
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
+		return exitUnavailable
+	}
+	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence,
+		Waiters: st.Waiters, Quorum: len(st.Nodes)/2 + 1, Nodes: make([]nodeJSON, len(st.Nodes))}
+	reserved := 0
+	for i, n := range st.Nodes {
+		out.Nodes[i] = nodeJSON{Addr: n.Addr, Held: n.Held, Reserved: n.Reserved,
+			TTLms: n.TTL.Milliseconds(), Fence: n.Fence, Waiters: n.Waiters}
+		if n.TTL < 0 {
+			out.Nodes[i].TTLms = -1
+		}
+		if n.Err != nil {
+			out.Nodes[i].Error = errText(n.Err)
+		}
+		if n.Reserved {
+			reserved++
+		}
+	}
+	out.Reserved = st.Held && reserved >= out.Quorum
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return exitOK
+	}
+
+	w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "key:\t%s\n", st.Key)
+	switch {
+	case out.Reserved:
+		fmt.Fprintf(w, "held:\treserved for a woken waiter, which takes it within moments\n")
+	case st.Held:
+		fmt.Fprintf(w, "held:\tyes, %s left\n", ttlText(st.TTL))
+	default:
+		fmt.Fprintf(w, "held:\tno\n")
+	}
+	fmt.Fprintf(w, "fence:\t%d\t(of the latest acquisition)\n", st.Fence)
+	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
+	if len(st.Nodes) > 1 {
+		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), out.Quorum)
+		fmt.Fprintf(w, "  NODE\tHELD\tTTL\tFENCE\tWAITERS\n")
+		for _, n := range st.Nodes {
+			if n.Err != nil {
+				fmt.Fprintf(w, "  %s\tno answer: %s\n", n.Addr, errText(n.Err))
+				continue
+			}
+			held := "no"
+			if n.Reserved {
+				held = "reserved"
+			} else if n.Held {
+				held = "yes"
+			}
+			ttl := "-"
+			if n.Held {
+				ttl = ttlText(n.TTL)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\n", n.Addr, held, ttl, n.Fence, n.Waiters)
+		}
+	}
+	_ = w.Flush()
+	return exitOK
+}
+
+// ttlText shows a remaining TTL; a key without one was not set by dlock.
+func ttlText(d time.Duration) string {
+	if d < 0 {
+		return "no TTL (not a dlock lock?)"
+	}
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// release is dlock release --force.
+func (c *cli) release(ctx context.Context, args []string) int {
+	fs := newFlagSet("release")
+	var rf redisFlags
+	rf.register(fs, c)
+	force := fs.Bool("force", false, "delete whoever holds it")
+	key, code := c.keyArg(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if !*force {
+		return c.usageError("release", "release deletes the lock %q whoever holds it; add --force to confirm", key)
+	}
+	t, err := rf.open()
+	if err != nil {
+		return c.usageError("release", "%s", err)
+	}
+	defer t.Close()
+	// What is about to be deleted, to say so; a snapshot, best effort.
+	st, _ := t.locker.Status(ctx, key)
+	n, err := t.locker.ForceRelease(ctx, key)
+	if err != nil && n == 0 && unreachable(err, len(t.clients)) {
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
+		return exitUnavailable
+	}
+	if err != nil && errors.Is(err, dlock.ErrInvalid) {
+		return c.usageError("release", "%s", errText(err))
+	}
+	switch {
+	case n == 0:
+		fmt.Fprintf(c.stdout, "dlock: lock %q was not held; nothing deleted\n", key)
+	default:
+		what := fmt.Sprintf("fence %d", st.Fence)
+		if st.Held && st.TTL > 0 {
+			what += fmt.Sprintf(", %s left", ttlText(st.TTL))
+		}
+		fmt.Fprintf(c.stdout, "dlock: deleted lock %q on %d of %d node(s) (%s)\n", key, n, len(t.clients), what)
+		c.warnf("a live holder sees its lock lost at its next renewal (dlock run then stops its command, status 76), and may act as the holder until then")
+	}
+	if err != nil {
+		c.errorf("some nodes could not be reached: %s", errText(err))
+		return exitFailure
+	}
+	return exitOK
+}

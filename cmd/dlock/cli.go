@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Exit statuses, from sysexits.h where one fits.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 64 // EX_USAGE: bad flags, URLs or arguments
+	exitUnavailable = 69 // EX_UNAVAILABLE: no Redis node could be reached
+	exitNotAcquired = 75 // EX_TEMPFAIL: the lock is held elsewhere; try later
+	exitLockLost    = 76 // the lock was lost while the command ran
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// defaultRedis is the Redis used when neither --redis nor $DLOCK_REDIS says.
+const defaultRedis = "redis://127.0.0.1:6379"
+
+func init() {
+	// go-redis logs reconnections and the like on its own; dlock reports
+	// what matters in its own voice. Set before any client exists.
+	redis.SetLogger(silentLogger{})
+}
+
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
+// run is the whole command: main only calls it, so that tests can too.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "run":
+		return c.run(ctx, rest)
+	case "status":
+		return c.status(ctx, rest)
+	case "release":
+		return c.release(ctx, rest)
+	case "demo":
+		return c.demo(ctx, rest)
+	case "help", "-h", "-help", "--help":
+		return c.help(rest)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version())
+		return exitOK
+	default:
+		if strings.HasPrefix(cmd, "-") {
+			return c.usageError("", "flags go after the subcommand, as in: dlock run %s ...", cmd)
+		}
+		return c.usageError("", "unknown command %q (commands: run, status, release, demo, help, version)", cmd)
+	}
+}
+
+// cli carries the streams and the verbosity of one invocation.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	quiet, verbose bool
+}
+
+// errorf prints an error message; errors are printed even with --quiet.
+func (c *cli) errorf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "dlock: "+format+"\n", args...)
+}
+
+// hintf prints a hint that follows an error.
+func (c *cli) hintf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "dlock: hint: "+format+"\n", args...)
+}
+
+// warnf prints a warning, unless --quiet.
+func (c *cli) warnf(format string, args ...any) {
+	if !c.quiet {
+		fmt.Fprintf(c.stderr, "dlock: warning: "+format+"\n", args...)
+	}
+}
+
+// notef prints a routine message, unless --quiet.
+func (c *cli) notef(format string, args ...any) {
+	if !c.quiet {
+		fmt.Fprintf(c.stderr, "dlock: "+format+"\n", args...)
+	}
+}
+
+// debugf prints what dlock is doing, with --verbose.
+func (c *cli) debugf(format string, args ...any) {
+	if c.verbose && !c.quiet {
+		fmt.Fprintf(c.stderr, "dlock: "+format+"\n", args...)
+	}
+}
+
+// usageError reports a usage error, with a pointer to the help of sub (or
+// the general help), and returns exitUsage.
+func (c *cli) usageError(sub, format string, args ...any) int {
+	c.errorf(format, args...)
+	if sub == "" {
+		c.hintf("run 'dlock help' for usage")
+	} else {
+		c.hintf("run 'dlock help %s' for usage", sub)
+	}
+	return exitUsage
+}
+
+func (c *cli) help(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stdout, usage)
+		return exitOK
+	}
+	text, ok := subUsage[args[0]]
+	if !ok {
+		return c.usageError("", "no help for %q (commands: run, status, release, demo, help, version)", args[0])
+	}
+	fmt.Fprint(c.stdout, text)
+	return exitOK
+}
+
+// version describes the binary from its build information.
+func version() string {
+	v := "(unknown)"
+	var rev, modified string
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = "+dirty"
+				}
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" {
+		v += " " + rev + modified
+	}
+	return fmt.Sprintf("dlock %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// newFlagSet returns a flag set that reports errors to the caller instead of
+// printing them, so that every message is in dlock's voice.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args; on -h it prints the subcommand's help. It returns
+// the exit status to end with, or -1 to go on.
+func (c *cli) parseFlags(fs *flag.FlagSet, args []string) int {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return -1
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(c.stdout, subUsage[fs.Name()])
+		return exitOK
+	default:
+		msg := err.Error()
+		if rest, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+			msg = "unknown flag " + rest
+		}
+		return c.usageError(fs.Name(), "%s", msg)
+	}
+}
+
+// redisFlags are the flags shared by run, status and release.
+type redisFlags struct {
+	urls   urlList
+	prefix string
+}
+
+func (r *redisFlags) register(fs *flag.FlagSet, c *cli) {
+	fs.Var(&r.urls, "redis", "Redis URL(s)")
+	fs.StringVar(&r.prefix, "prefix", dlock.DefaultPrefix, "key prefix")
+	fs.BoolVar(&c.quiet, "quiet", false, "print only errors")
+	fs.BoolVar(&c.quiet, "q", false, "print only errors")
+	fs.BoolVar(&c.verbose, "verbose", false, "say what dlock does")
+	fs.BoolVar(&c.verbose, "v", false, "say what dlock does")
+}
+
+// urlList is the value of --redis: repeatable, each a comma-separated list.
+type urlList []string
+
+func (u *urlList) String() string { return strings.Join(*u, ",") }
+
+func (u *urlList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*u = append(*u, s)
+		}
+	}
+	return nil
+}
+
+// target is the Redis deployment a command talks to.
+type target struct {
+	locker  *dlock.Locker
+	clients []*redis.Client
+	names   []string // the URLs, passwords redacted
+}
+
+func (t *target) Close() {
+	_ = t.locker.Close()
+	for _, cl := range t.clients {
+		_ = cl.Close()
+	}
+}
+
+// describe names the deployment in messages.
+func (t *target) describe() string {
+	if len(t.names) == 1 {
+		return t.names[0]
+	}
+	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", len(t.names)/2+1, len(t.names))
+}
+
+// open parses the Redis URLs (--redis, else $DLOCK_REDIS, else the default)
+// and returns a Locker on them: one URL is a lock on that Redis, several a
+// Redlock over them. Errors are usage errors, with passwords redacted.
+func (r *redisFlags) open() (*target, error) {
+	urls := []string(r.urls)
+	if len(urls) == 0 {
+		var env urlList
+		_ = env.Set(os.Getenv("DLOCK_REDIS"))
+		urls = env
+	}
+	if len(urls) == 0 {
+		urls = []string{defaultRedis}
+	}
+	t := &target{}
+	seen := make(map[string]string)
+	for _, raw := range urls {
+		name := redactURL(raw)
+		opt, err := redis.ParseURL(raw)
+		if err != nil {
+			t.closeClients()
+			return nil, fmt.Errorf("bad Redis URL %s: %s", name, redactIn(err.Error(), raw))
+		}
+		if opt.Network == "tcp" && strings.HasPrefix(opt.Addr, ":") {
+			t.closeClients()
+			return nil, fmt.Errorf("bad Redis URL %s: no host", name)
+		}
+		id := fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
+		if prev, dup := seen[id]; dup {
+			t.closeClients()
+			return nil, fmt.Errorf("Redis URLs %s and %s name the same database; a Redlock needs independent servers", prev, name)
+		}
+		seen[id] = name
+		// dlock bounds every call itself; the client's identity handshake
+		// is one more command per connection for nothing.
+		opt.DisableIdentity = true
+		t.clients = append(t.clients, redis.NewClient(opt))
+		t.names = append(t.names, name)
+	}
+	opts := []dlock.Option{dlock.WithPrefix(r.prefix)}
+	if len(t.clients) == 1 {
+		t.locker = dlock.New(t.clients[0], opts...)
+		return t, nil
+	}
+	ucs := make([]redis.UniversalClient, len(t.clients))
+	for i, cl := range t.clients {
+		ucs[i] = cl
+	}
+	l, err := dlock.NewRedlock(ucs, opts...)
+	if err != nil {
+		t.closeClients()
+		return nil, err
+	}
+	t.locker = l
+	return t, nil
+}
+
+func (t *target) closeClients() {
+	for _, cl := range t.clients {
+		_ = cl.Close()
+	}
+}
+
+// userinfo matches the user-information part of a URL that may not parse.
+var userinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)([^/@]*)@`)
+
+// redactURL returns raw with its password, if any, replaced by "xxxxx".
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return userinfo.ReplaceAllString(raw, "${1}xxxxx@")
+}
+
+// redactIn removes the password of raw from msg, which may quote raw.
+func redactIn(msg, raw string) string {
+	msg = strings.ReplaceAll(msg, raw, redactURL(raw))
+	if m := userinfo.FindStringSubmatch(raw); m != nil && len(m[2]) >= 3 {
+		msg = strings.ReplaceAll(msg, m[2], "xxxxx")
+		if un, err := url.PathUnescape(m[2]); err == nil && len(un) >= 3 {
+			msg = strings.ReplaceAll(msg, un, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// unreachable reports whether err says that every one of nodes failed: not
+// one answered.
+func unreachable(err error, nodes int) bool {
+	return countNodeErrors(err) >= nodes
+}
+
+// countNodeErrors counts the *dlock.NodeError in err's tree.
+func countNodeErrors(err error) int {
+	switch e := err.(type) {
+	case nil:
+		return 0
+	case *dlock.NodeError:
+		return 1
+	case interface{ Unwrap() []error }:
+		n := 0
+		for _, e := range e.Unwrap() {
+			n += countNodeErrors(e)
+		}
+		return n
+	case interface{ Unwrap() error }:
+		return countNodeErrors(e.Unwrap())
+	}
+	return 0
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// forwarded are the signals dlock passes on to the command's process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
+	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// waitDelay bounds how long dlock waits, after the command exited, for
+// output that still flows through pipes it copies (only when its own
+// stdout or stderr is not a file, as in tests): a leftover grandchild may
+// hold them open.
+const waitDelay = time.Second
+
+// run is dlock run: acquire, supervise the command, release.
+func (c *cli) run(ctx context.Context, args []string) int {
+	fset := newFlagSet("run")
+	var rf redisFlags
+	rf.register(fset, c)
+	ttl := fset.Duration("ttl", dlock.DefaultTTL, "lease length")
+	wait := fset.Duration("wait", 0, "how long to wait")
+	grace := fset.Duration("kill-grace", 5*time.Second, "TERM to KILL")
+	if code := c.parseFlags(fset, args); code >= 0 {
+		return code
+	}
+	rest := fset.Args()
+	if len(rest) == 0 || rest[0] == "--" {
+		return c.usageError("run", "missing KEY: dlock run [flags] KEY -- COMMAND [ARG]...")
+	}
+	key, rest := rest[0], rest[1:]
+	switch {
+	case len(rest) > 0 && rest[0] == "--":
+		rest = rest[1:]
+	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
+		return c.usageError("run", "flag %s after KEY: flags go before KEY, and -- goes between KEY and the command", rest[0])
+	}
+	if len(rest) == 0 {
+		return c.usageError("run", "missing COMMAND after KEY %q: dlock run [flags] KEY -- COMMAND [ARG]...", key)
+	}
+	switch {
+	case *ttl < dlock.MinTTL:
+		return c.usageError("run", "--ttl %s is too short: the minimum is %s", *ttl, dlock.MinTTL)
+	case *ttl%time.Millisecond != 0:
+		return c.usageError("run", "--ttl %s is not a whole number of milliseconds", *ttl)
+	case *wait < 0:
+		return c.usageError("run", "--wait %s is negative", *wait)
+	case *grace < 0:
+		return c.usageError("run", "--kill-grace %s is negative", *grace)
+	}
+	t, err := rf.open()
+	if err != nil {
+		return c.usageError("run", "%s", err)
+	}
+	defer t.Close()
+
+	// Signals are caught from here on: one that arrives while waiting for
+	// the lock ends the wait, and the command does not run.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs)
+	if lock == nil {
+		return code
+	}
+	c.debugf("acquired %q on %s (fence %d, ttl %s)", key, t.describe(), lock.Fence(), *ttl)
+	status, lost := c.supervise(ctx, lock, rest, *grace, sigs)
+
+	err = lock.Release(context.WithoutCancel(ctx))
+	switch {
+	case lost:
+		return exitLockLost
+	case errors.Is(err, dlock.ErrNotHeld):
+		// Lost after the command had ended: its work was done under the lock.
+		c.warnf("lock %q had expired or been taken by the time the command ended", key)
+	case err != nil:
+		c.warnf("could not confirm the release of %q; it expires within %s: %s", key, *ttl, errText(err))
+	default:
+		c.debugf("released %q", key)
+	}
+	return status
+}
+
+// acquire takes the lock: one attempt when wait is 0, else waiting up to
+// wait. It returns the lock, or nil and the exit status.
+func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time.Duration, sigs <-chan os.Signal) (*dlock.Lock, int) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		lock *dlock.Lock
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var deadline time.Time
+		if wait > 0 {
+			deadline = time.Now().Add(wait)
+		}
+		// A first attempt on its own tells an unreachable Redis (every node
+		// failed) from a lock held elsewhere: a waiting Acquire would only
+		// report its deadline.
+		k, err := t.locker.TryAcquire(actx, key, dlock.WithTTL(ttl))
+		if err != nil && wait > 0 && errors.Is(err, dlock.ErrNotAcquired) && !unreachable(err, len(t.clients)) {
+			c.debugf("%q is held elsewhere; waiting up to %s", key, wait)
+			wctx, wcancel := context.WithDeadline(actx, deadline)
+			k, err = t.locker.Acquire(wctx, key, dlock.WithTTL(ttl))
+			wcancel()
+		}
+		done <- result{k, err}
+	}()
+
+	var r result
+	var sig os.Signal
+	select {
+	case r = <-done:
+	case sig = <-sigs:
+		cancel()
+		r = <-done
+	case <-ctx.Done():
+		sig = syscall.SIGTERM
+		cancel()
+		r = <-done
+	}
+	if sig != nil {
+		if r.lock != nil {
+			_ = r.lock.Release(context.WithoutCancel(ctx))
+		}
+		c.notef("%s while waiting for %q; the command did not run", signalName(sig), key)
+		return nil, 128 + int(sig.(syscall.Signal))
+	}
+	switch err := r.err; {
+	case err == nil:
+		return r.lock, exitOK
+	case errors.Is(err, dlock.ErrInvalid):
+		return nil, c.usageError("run", "%s", errText(err))
+	case unreachable(err, len(t.clients)):
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
+		return nil, exitUnavailable
+	case countNodeErrors(err) > 0:
+		c.notef("could not acquire %q: %s; the command did not run", key, errText(err))
+	case wait > 0:
+		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
+	default:
+		c.notef("%q is held elsewhere; the command did not run", key)
+		if !c.quiet {
+			c.hintf("use --wait DURATION to wait for it")
+		}
+	}
+	return nil, exitNotAcquired
+}
+
+// supervise runs the command and waits for three things at once: its exit,
+// a signal to forward, and the loss of the lock. It returns the command's
+// exit status, and whether the lock was lost while it ran.
+func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) (status int, lost bool) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
+	cmd.Env = append(withoutDlockEnv(os.Environ()),
+		"DLOCK_KEY="+lock.Key(),
+		"DLOCK_TOKEN="+lock.Token(),
+		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
+	// Its own process group, so that a signal reaches the shell's children
+	// too; and killed if dlock dies, since its lock will then expire and
+	// another host start the same job.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = waitDelay
+
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		// The parent-death signal fires when the thread that forked the
+		// child ends, not the process: this goroutine keeps its thread
+		// locked, and so alive, until the child has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait() // the status is in cmd.ProcessState
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		c.errorf("cannot run %s: %s", argv[0], errText(err))
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound, false
+		}
+		return exitCannotExec, false
+	}
+	pgid := cmd.Process.Pid
+	c.debugf("running %s (process group %d)", argv[0], pgid)
+
+	// terminate sends SIGTERM to the group now and SIGKILL at killAt (or
+	// earlier, if an earlier kill is already due).
+	var killTimer *time.Timer
+	var killC <-chan time.Time
+	var killAt time.Time
+	terminate := func(at time.Time) {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		if !killAt.IsZero() && !at.Before(killAt) {
+			return
+		}
+		killAt = at
+		d := time.Until(at)
+		if d <= 0 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			killC = nil
+			return
+		}
+		if killTimer == nil {
+			killTimer = time.NewTimer(d)
+		} else {
+			killTimer.Reset(d)
+		}
+		killC = killTimer.C
+	}
+	defer func() {
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+
+	lostC, ctxDone := lock.Lost(), ctx.Done()
+loop:
+	for {
+		select {
+		case <-exited:
+			break loop
+		case s := <-sigs:
+			c.debugf("forwarding %s to the command", signalName(s))
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-ctxDone:
+			ctxDone = nil
+			c.debugf("stopping the command: SIGTERM now, SIGKILL in %s", grace)
+			terminate(time.Now().Add(grace))
+		case <-lostC:
+			lostC, lost = nil, true
+			// SIGKILL after the grace, but never once the lock could have
+			// expired: another host may start the same job from then on.
+			at := time.Now().Add(grace)
+			if v := lock.ValidUntil(); v.Before(at) {
+				at = v
+			}
+			c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
+				lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
+			terminate(at)
+		case <-killC:
+			killC = nil
+			c.debugf("sending SIGKILL to the command")
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	status = exitStatus(cmd.ProcessState)
+	if !lost {
+		select {
+		case <-lock.Lost():
+			// Lost as the command ended: it may have run unprotected.
+			lost = true
+			c.errorf("lost the lock %q as the command ended (status %d)", lock.Key(), status)
+		default:
+		}
+	}
+	// The leader has exited; what is left of its group runs without the
+	// lock once it is released.
+	if lost {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	} else if syscall.Kill(-pgid, 0) == nil {
+		c.warnf("the command left processes running in its process group %d; they run without the lock", pgid)
+	}
+	c.debugf("the command exited with status %d", status)
+	return status, lost
+}
+
+// exitStatus is the command's exit status as a shell reports it: 128+N when
+// it was killed by signal N.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// withoutDlockEnv drops DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE inherited from
+// an enclosing dlock run, so that the command sees its own lock's.
+func withoutDlockEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "DLOCK_KEY=") && !strings.HasPrefix(kv, "DLOCK_TOKEN=") && !strings.HasPrefix(kv, "DLOCK_FENCE=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// signalName is "SIGTERM" for syscall.SIGTERM.
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	}
+	return s.String()
+}
+
+// errText is err's message without the "dlock: " prefix of the library's
+// errors, which the CLI's own messages carry already.
+func errText(err error) string {
+	return strings.ReplaceAll(err.Error(), "dlock: ", "")
+}

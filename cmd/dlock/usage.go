@@ -1,0 +1,159 @@
+package main
+
+// The manual, written by hand rather than generated from the flag set, so
+// that it can explain and show examples.
+
+const usage = `dlock runs a command while holding a distributed lock on Redis, so that on
+a fleet of hosts exactly one of them runs it at a time.
+
+Usage:
+    dlock run [flags] KEY -- COMMAND [ARG]...   run COMMAND holding the lock KEY
+    dlock status [flags] [--json] KEY           show who holds KEY, for how long
+    dlock release --force [flags] KEY           delete KEY whoever holds it (admin)
+    dlock demo                                  show the lock at work on local Redis servers
+    dlock help [COMMAND]                        this text, or a command's
+    dlock version                               print the version
+
+Examples:
+    # Every host of the fleet has this crontab line; one at a time runs the job.
+    */5 * * * * dlock run --redis redis://:PASSWORD@redis.internal:6379 backup -- /usr/local/bin/backup
+
+    # Wait up to a minute for the lock; exit 75 if it is still held by then.
+    dlock run --wait 1m migrate -- ./migrate.sh
+
+    # Redlock over three independent Redis masters (a majority must agree).
+    export DLOCK_REDIS=redis://a:6379,redis://b:6379,redis://c:6379
+    dlock run report -- ./report.sh
+
+    dlock status --json backup
+    dlock release --force backup
+
+Run 'dlock help run' for the flags and exit statuses of dlock run.
+`
+
+const redisFlagsUsage = `    --redis URL
+        The Redis to lock on: redis://[USER:PASSWORD@]HOST[:PORT][/DB], or
+        rediss://... for TLS. Repeat the flag, or separate URLs with commas, for
+        a Redlock over several independent masters (a majority must grant the
+        lock). Default: $DLOCK_REDIS, else redis://127.0.0.1:6379.
+        Passwords are never printed.
+    --prefix STRING
+        Prefix of the Redis keys (default "dlock:"). Processes that must exclude
+        each other need the same prefix.
+    -q, --quiet
+        Print only errors.
+    -v, --verbose
+        Say what dlock does: acquiring, forwarding signals, releasing.
+`
+
+var subUsage = map[string]string{
+	"run": `Usage: dlock run [flags] KEY -- COMMAND [ARG]...
+
+Runs COMMAND while holding the lock KEY, renewing it every TTL/3, and
+releases it when COMMAND ends, whatever the reason. Flags go before KEY.
+
+COMMAND runs in its own process group with dlock's stdin, stdout and stderr,
+and the environment variables DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE (a number
+that grows with every acquisition of KEY: pass it to storage that can reject
+a stale holder's writes). Signals dlock receives (INT, TERM, HUP, QUIT, USR1,
+USR2) are forwarded to the whole process group, so a shell's children get
+them too. If dlock itself is killed, even with SIGKILL, COMMAND is killed with
+it (Linux parent-death signal): its lock will expire and another host will
+start the same job.
+
+If the lock is lost while COMMAND runs (Redis unreachable for longer than the
+lock's validity, or an administrator's release --force), the process group
+gets SIGTERM at once and SIGKILL after --kill-grace, both before the lock can
+have expired in Redis.
+
+Flags:
+    --ttl DURATION
+        Lease length (default 30s): how long other hosts wait for the lock
+        if this one dies. Renewed every TTL/3 while COMMAND runs.
+    --wait DURATION
+        How long to wait for the lock (default 0: try once). A waiter is woken
+        by the holder's release, not by polling.
+    --kill-grace DURATION
+        Time between SIGTERM and SIGKILL when the lock is lost (default 5s),
+        never past the moment the lock could expire.
+` + redisFlagsUsage + `
+Exit status:
+    COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
+    75             the lock was not acquired within --wait; COMMAND did not run
+    76             the lock was lost while COMMAND ran; COMMAND was stopped
+    64             usage error: bad flags, Redis URL, KEY or COMMAND missing
+    69             Redis could not be reached at all
+    126, 127       COMMAND could not be executed, or was not found
+
+Examples:
+    dlock run backup -- /usr/local/bin/backup --full
+    dlock run --wait 10m --ttl 1m report -- sh -c 'make report && mail-report'
+    dlock run --redis rediss://:PASSWORD@redis.internal:6380/2 payout -- ./payout
+    dlock run -q nightly -- ./nightly.sh     # silent when another host has it
+`,
+	"status": `Usage: dlock status [flags] [--json] KEY
+
+Shows whether KEY is held, the time left on its lease, its fence (the fence
+of the latest acquisition) and how many processes wait for it; with several
+Redis URLs, also what each node says. It is a snapshot: it proves nothing
+about ownership.
+
+Flags:
+    --json
+        Print JSON for scripts: {"key", "held", "reserved", "ttl_ms", "fence",
+        "waiters", "quorum", "nodes": [{"addr", "held", "reserved", "ttl_ms",
+        "fence", "waiters", "error"}]}. ttl_ms is 0 when the key is not held.
+` + redisFlagsUsage + `
+Exit status: 0, or 69 when no Redis node answered, 64 on a usage error.
+
+Examples:
+    dlock status backup
+    dlock status --json backup | jq .held
+`,
+	"release": `Usage: dlock release --force [flags] KEY
+
+Deletes the lock KEY on every node whoever holds it, and wakes the next
+waiter: an administrator's tool for a lock whose holder is known to be gone.
+A live holder sees its lock lost at its next renewal (dlock run then stops
+its command with exit status 76), and may act as the holder until then;
+fencing is the defence. --force is required.
+
+Flags:
+    --force
+        Required: confirms that the lock is to be deleted regardless of owner.
+` + redisFlagsUsage + `
+Exit status: 0; 1 when some node could not be reached; 69 when none could;
+64 on a usage error.
+
+Example:
+    dlock release --force backup
+`,
+	"demo": `Usage: dlock demo [--short]
+
+Starts 5 redis-server processes on free loopback ports (Debian's redis-server
+package must be installed), and shows the lock at work:
+  1. 20 workers doing a non-atomic read-modify-write under one lock on one
+     Redis: no lost update, no overlap, strictly increasing fences; then the
+     same without the lock, losing updates.
+  2. The same on a 5-node Redlock; with 2 nodes frozen (SIGSTOP) work goes on;
+     with 3 frozen acquisitions are refused cleanly; then all are thawed.
+  3. A holder whose Redis stops answering learns that it lost the lock
+     before the lock could have expired.
+  4. A summary: acquisitions per second, handoff latency, Redis commands per
+     acquisition.
+It takes well under 30 seconds and stops every process it started, also on
+Ctrl-C.
+
+Flags:
+    --short
+        A shorter run, with fewer acquisitions (used by the tests).
+`,
+	"help": `Usage: dlock help [COMMAND]
+
+Prints the manual, or the manual of COMMAND (run, status, release, demo).
+`,
+	"version": `Usage: dlock version
+
+Prints dlock's version, from the binary's build information.
+`,
+}
