@@ -29,8 +29,8 @@ ifdef QUICK
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd bench && $(GO) run ./cmd/dlockbench -quick
 else
-	$(GO) test -run '^$$' -bench AcquireRelease -benchmem .
 	cd bench && $(GO) run ./cmd/dlockbench -out ../docs
+	$(GO) test -run '^$$' -bench AcquireRelease -benchmem .
 endif
 
 redis:

@@ -65,8 +65,8 @@ func run(quick bool, reps int, out string) error {
 	}
 	if quick {
 		s = settings{
-			warm: 100 * time.Millisecond, dur: 300 * time.Millisecond,
-			idleSettle: 300 * time.Millisecond, idle: time.Second,
+			warm: 100 * time.Millisecond, dur: 250 * time.Millisecond,
+			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond,
 			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
 			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
 		}
