@@ -203,11 +203,21 @@ type ContendedResult struct {
 	Hold         time.Duration
 	Acquisitions int64
 	AcqPerSec    float64
-	HandoffP50   time.Duration
-	HandoffP99   time.Duration
-	Handoffs     int
-	FairMin      int64
-	FairMax      int64
+	// Handoff: one holder's Release returning → the next Acquire returning,
+	// whoever the next holder is (the releaser itself included, when it
+	// takes the lock straight back).
+	HandoffP50 time.Duration
+	HandoffP99 time.Duration
+	Handoffs   int
+	// OtherP50/P99: the same, counting only handoffs to another worker,
+	// i.e. to a process that was waiting.
+	OtherP50 time.Duration
+	OtherP99 time.Duration
+	// SelfShare is the share of acquisitions that went straight back to
+	// the worker that had just released.
+	SelfShare float64
+	FairMin   int64
+	FairMax   int64
 	// RoundTrips is the number of commands the clients sent per acquisition.
 	RoundTrips float64
 	// Commands is the number of commands Redis executed per acquisition,
@@ -247,6 +257,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 	base := time.Now()
 	acqAt := make([]int64, maxRec)
 	relAt := make([]int64, maxRec)
+	who := make([]int32, maxRec)
 	var (
 		seq, inside, violations, errs atomic.Int64
 		counts                        = make([]int64, w)
@@ -275,6 +286,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 				k := seq.Add(1) - 1
 				if k < maxRec {
 					acqAt[k] = int64(t)
+					who[k] = int32(i)
 				}
 				if t >= warm && t < warm+dur {
 					counts[i]++
@@ -308,7 +320,8 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 		return res, err
 	}
 
-	var handoffs []time.Duration
+	var handoffs, other []time.Duration
+	self := 0
 	n := min(seq.Load(), maxRec)
 	for k := int64(1); k < n; k++ {
 		a := time.Duration(acqAt[k])
@@ -321,6 +334,11 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 			h = 0
 		}
 		handoffs = append(handoffs, h)
+		if who[k] != who[k-1] {
+			other = append(other, h)
+		} else {
+			self++
+		}
 	}
 	for i, c := range counts {
 		res.Acquisitions += c
@@ -332,6 +350,10 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 	res.AcqPerSec = float64(res.Acquisitions) / dur.Seconds()
 	res.Handoffs = len(handoffs)
 	res.HandoffP50, res.HandoffP99 = percentile(handoffs, 50), percentile(handoffs, 99)
+	res.OtherP50, res.OtherP99 = percentile(other, 50), percentile(other, 99)
+	if len(handoffs) > 0 {
+		res.SelfShare = float64(self) / float64(len(handoffs))
+	}
 	if a := res.Acquisitions; a > 0 {
 		res.RoundTrips = float64(sent1-sent0) / float64(a)
 		res.Commands = float64(st1.Commands-st0.Commands) / float64(a)
