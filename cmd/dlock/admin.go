@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -72,7 +73,16 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		if errors.Is(err, dlock.ErrInvalid) {
 			return c.usageError("status", "%s", errText(err))
 		}
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+		var msgs []string
+		for _, n := range st.Nodes {
+			if n.Err != nil {
+				msgs = append(msgs, errText(&dlock.NodeError{Addr: n.Addr, Err: n.Err}))
+			}
+		}
+		if len(msgs) == 0 {
+			msgs = append(msgs, errText(err))
+		}
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), strings.Join(msgs, "; "))
 		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
 		return exitUnavailable
 	}
@@ -115,9 +125,11 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	if len(st.Nodes) > 1 {
 		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), out.Quorum)
 		fmt.Fprintf(w, "  NODE\tHELD\tTTL\tFENCE\tWAITERS\n")
+		var failed []string
 		for _, n := range st.Nodes {
 			if n.Err != nil {
-				fmt.Fprintf(w, "  %s\tno answer: %s\n", n.Addr, errText(n.Err))
+				fmt.Fprintf(w, "  %s\tno answer\t-\t-\t-\n", n.Addr)
+				failed = append(failed, fmt.Sprintf("  %s: %s\n", n.Addr, errText(n.Err)))
 				continue
 			}
 			held := "no"
@@ -131,6 +143,10 @@ func (c *cli) status(ctx context.Context, args []string) int {
 				ttl = ttlText(n.TTL)
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\n", n.Addr, held, ttl, n.Fence, n.Waiters)
+		}
+		_ = w.Flush()
+		if len(failed) > 0 {
+			fmt.Fprintf(c.stdout, "\n%s", strings.Join(failed, ""))
 		}
 	}
 	_ = w.Flush()
@@ -169,8 +185,8 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	// What is about to be deleted, to say so; a snapshot, best effort.
 	st, _ := t.locker.Status(ctx, key)
 	n, err := t.locker.ForceRelease(ctx, key)
-	if err != nil && n == 0 && unreachable(err, len(t.clients)) {
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+	if err != nil && n == 0 && t.unreachable(ctx, err) {
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
 		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
 		return exitUnavailable
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -181,12 +182,32 @@ func (c *cli) parseFlags(fs *flag.FlagSet, args []string) int {
 		fmt.Fprint(c.stdout, subUsage[fs.Name()])
 		return exitOK
 	default:
-		msg := err.Error()
-		if rest, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-			msg = "unknown flag " + rest
-		}
-		return c.usageError(fs.Name(), "%s", msg)
+		return c.usageError(fs.Name(), "%s", flagError(fs, err))
 	}
+}
+
+// badValue matches the flag package's message for a value that did not parse.
+var badValue = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for flag -(\S+): `)
+
+// flagError rewrites the flag package's messages in dlock's words, with the
+// double-dash spelling the manual uses.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "unknown flag --" + strings.TrimPrefix(name, "-")
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return "flag --" + strings.TrimPrefix(name, "-") + " needs a value"
+	}
+	if m := badValue.FindStringSubmatch(msg); m != nil {
+		if f := fs.Lookup(m[2]); f != nil {
+			if _, isDuration := f.Value.(flag.Getter).Get().(time.Duration); isDuration {
+				return fmt.Sprintf("--%s %q is not a duration: write, for example, 500ms, 30s, 5m or 1h30m", m[2], m[1])
+			}
+		}
+		return fmt.Sprintf("--%s: invalid value %q", m[2], m[1])
+	}
+	return msg
 }
 
 // redisFlags are the flags shared by run, status and release.
@@ -260,7 +281,11 @@ func (r *redisFlags) open() (*target, error) {
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
 			t.closeClients()
-			return nil, fmt.Errorf("bad Redis URL %s: %s", name, redactIn(err.Error(), raw))
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // its message quotes the whole URL again
+			}
+			return nil, fmt.Errorf("bad Redis URL %s: %s (want redis://[USER:PASSWORD@]HOST[:PORT][/DB])", name, redactIn(err.Error(), raw))
 		}
 		if opt.Network == "tcp" && strings.HasPrefix(opt.Addr, ":") {
 			t.closeClients()
@@ -325,10 +350,52 @@ func redactIn(msg, raw string) string {
 	return msg
 }
 
-// unreachable reports whether err says that every one of nodes failed: not
-// one answered.
-func unreachable(err error, nodes int) bool {
-	return countNodeErrors(err) >= nodes
+// unreachable reports whether err names failed nodes and not one node of t
+// answers a PING now: Redis cannot be reached at all. (An operation's error
+// cannot say so alone: a round ends as soon as its outcome is known, without
+// waiting for every node.)
+func (t *target) unreachable(ctx context.Context, err error) bool {
+	if countNodeErrors(err) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	answered := make(chan bool, len(t.clients))
+	for _, cl := range t.clients {
+		go func() { answered <- cl.Ping(ctx).Err() == nil }()
+	}
+	for range t.clients {
+		if <-answered {
+			return false
+		}
+	}
+	return true
+}
+
+// pingTimeout bounds the reachability check that follows a failure.
+const pingTimeout = time.Second
+
+// nodeErrorsText lists the node failures in err, on one line.
+func nodeErrorsText(err error) string {
+	var msgs []string
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *dlock.NodeError:
+			msgs = append(msgs, errText(e))
+		case interface{ Unwrap() []error }:
+			for _, e := range e.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	if len(msgs) == 0 {
+		return errText(err)
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // countNodeErrors counts the *dlock.NodeError in err's tree.

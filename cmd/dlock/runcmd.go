@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -114,7 +115,7 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		// failed) from a lock held elsewhere: a waiting Acquire would only
 		// report its deadline.
 		k, err := t.locker.TryAcquire(actx, key, dlock.WithTTL(ttl))
-		if err != nil && wait > 0 && errors.Is(err, dlock.ErrNotAcquired) && !unreachable(err, len(t.clients)) {
+		if err != nil && wait > 0 && errors.Is(err, dlock.ErrNotAcquired) && !t.unreachable(actx, err) {
 			c.debugf("%q is held elsewhere; waiting up to %s", key, wait)
 			wctx, wcancel := context.WithDeadline(actx, deadline)
 			k, err = t.locker.Acquire(wctx, key, dlock.WithTTL(ttl))
@@ -147,12 +148,13 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		return r.lock, exitOK
 	case errors.Is(err, dlock.ErrInvalid):
 		return nil, c.usageError("run", "%s", errText(err))
-	case unreachable(err, len(t.clients)):
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), errText(err))
+	case ctx.Err() == nil && t.unreachable(ctx, err):
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
 		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
 		return nil, exitUnavailable
 	case countNodeErrors(err) > 0:
-		c.notef("could not acquire %q: %s; the command did not run", key, errText(err))
+		why := strings.Replace(errText(err), fmt.Sprintf("lock not acquired: %q: ", key), "", 1)
+		c.notef("could not acquire %q: %s; the command did not run", key, why)
 	case wait > 0:
 		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
 	default:
@@ -327,8 +329,8 @@ func signalName(s os.Signal) string {
 	return s.String()
 }
 
-// errText is err's message without the "dlock: " prefix of the library's
-// errors, which the CLI's own messages carry already.
+// errText is err's message on one line, without the "dlock: " prefix of the
+// library's errors, which the CLI's own messages carry already.
 func errText(err error) string {
-	return strings.ReplaceAll(err.Error(), "dlock: ", "")
+	return strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
 }
