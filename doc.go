@@ -37,7 +37,7 @@
 // factor plus Redis' expiry precision). A failed attempt releases what it got
 // on every node, on a context of its own. A round decides as soon as the
 // outcome is known and waits for a slow node at most a fifth of the TTL (at
-// most 500ms; see [WithNodeTimeout]). That bound holds whatever the client's
+// most 1s; see [WithNodeTimeout]). That bound holds whatever the client's
 // settings: go-redis does not apply context deadlines to socket reads unless
 // ContextTimeoutEnabled is set, so a call to a frozen node runs on its own
 // goroutine and is abandoned at the deadline.

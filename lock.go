@@ -46,7 +46,7 @@ func (l *Locker) newLock(key, token string, fence uint64, cfg lockConfig, start 
 		lostCh:     make(chan struct{}),
 	}
 	k.mu.Lock()
-	k.expiryTimer = time.AfterFunc(time.Until(k.validUntil), k.checkExpiry)
+	k.expiryTimer = time.AfterFunc(k.untilLost(), k.checkExpiry)
 	l.mu.Lock()
 	if !l.closed {
 		l.locks[k] = struct{}{}
@@ -82,8 +82,9 @@ func (k *Lock) Fence() uint64 { return k.fence }
 func (k *Lock) Lost() <-chan struct{} { return k.lostCh }
 
 // ValidUntil returns the time until which ownership is guaranteed by the last
-// confirmed acquisition or renewal (on the monotonic clock). Past it, Lost
-// has closed or is about to.
+// confirmed acquisition or renewal (on the monotonic clock). Lost closes
+// shortly before it (by TTL/20, at most 50ms, a margin for scheduling delays)
+// unless a renewal is confirmed first.
 func (k *Lock) ValidUntil() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -99,13 +100,14 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	ttl = ttl.Truncate(time.Millisecond)
 	k.opMu.Lock()
 	defer k.opMu.Unlock()
 	if !k.held() {
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	start := time.Now()
-	err := k.extendRound(ctx, ttl, start)
+	err := k.extendRound(ctx, ttl, start, k.l.nodeTimeout(ttl))
 	if errors.Is(err, ErrNotHeld) {
 		k.markLost()
 	}
@@ -118,14 +120,15 @@ func (k *Lock) held() bool {
 	return !k.lost && !k.released
 }
 
-// extendRound runs extend.lua on every node and, when a quorum confirms
-// within the new validity, records it and schedules the next renewal.
-func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Time) error {
+// extendRound runs extend.lua on every node, waiting at most timeout, and,
+// when a quorum confirms within the new validity, records it and schedules
+// the next renewal.
+func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Time, timeout time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
 	keys := []string{l.lockKey(k.key)}
 	ttlMS := ttl.Milliseconds()
-	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(ttl),
+	results := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
 			return extendScript.Run(ctx, l.nodes[i].Client, keys, k.token, ttlMS).Int64()
 		},
@@ -143,7 +146,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Ti
 			return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 		}
 		k.ttl, k.validUntil = ttl, validUntil
-		k.expiryTimer.Reset(time.Until(validUntil))
+		k.expiryTimer.Reset(k.untilLost())
 		if k.autoRenew {
 			k.scheduleRenew(time.Until(start.Add(ttl / 3)))
 		}
@@ -226,10 +229,13 @@ func (k *Lock) renew() {
 	ttl, validUntil := k.ttl, k.validUntil
 	k.mu.Unlock()
 
+	// A renewal is worth waiting for until the current validity runs out (a
+	// slow but confirmed renewal still keeps the lock); the round decides as
+	// soon as a quorum confirms, so a frozen minority does not slow it.
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
 	defer cancel()
-	err := k.extendRound(ctx, ttl, start)
+	err := k.extendRound(ctx, ttl, start, time.Until(validUntil))
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
@@ -245,6 +251,14 @@ func (k *Lock) renew() {
 	}
 }
 
+// untilLost is how long until the lost-lock signal is due: the end of the
+// validity, less a margin for the scheduling delay of the timer and of the
+// goroutine that receives from Lost, which the drift does not cover; k.mu is
+// held. A healthy lock never comes near it: it is renewed every TTL/3.
+func (k *Lock) untilLost() time.Duration {
+	return time.Until(k.validUntil) - min(k.ttl/20, 50*time.Millisecond)
+}
+
 // checkExpiry runs when the validity should have run out.
 func (k *Lock) checkExpiry() {
 	k.mu.Lock()
@@ -252,7 +266,7 @@ func (k *Lock) checkExpiry() {
 		k.mu.Unlock()
 		return
 	}
-	if left := time.Until(k.validUntil); left > 0 {
+	if left := k.untilLost(); left > 0 {
 		// Renewed meanwhile.
 		k.expiryTimer.Reset(left)
 		k.mu.Unlock()

@@ -720,12 +720,14 @@ func TestClose(t *testing.T) {
 	}
 	other := dlock.New(c)
 	defer other.Close()
+	k2, err := other.Acquire(ctx(t), "other-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Release(ctx(t))
 	waiting := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx(t), "other-held"); waiting <- err }()
-	k2, err := other.Acquire(ctx(t), "other-held")
-	if err == nil {
-		defer k2.Release(ctx(t))
-	}
+	waitFor(t, func() bool { st, _ := other.Status(ctx(t), "other-held"); return st.Waiters == 1 }, "waiter registered")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -737,8 +739,8 @@ func TestClose(t *testing.T) {
 	}
 	select {
 	case err := <-waiting:
-		if err != nil && !errors.Is(err, dlock.ErrClosed) {
-			t.Errorf("waiting Acquire after Close: %v", err)
+		if !errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("waiting Acquire after Close: %v, want ErrNotAcquired and ErrClosed", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("waiting Acquire did not return after Close")
@@ -840,4 +842,45 @@ func TestAcquireUnreachable(t *testing.T) {
 		t.Fatalf("Acquire on a dead Redis: %v, want ErrNotAcquired, DeadlineExceeded and the node error", err)
 	}
 	t.Log(err)
+}
+
+// TestDeadWaiterDoesNotStall registers a waiter that never comes (its process
+// died without leaving the queue) ahead of a live one: the release wakes and
+// reserves for the dead one, and the live one must stand in for it promptly,
+// not after its fallback timer (at least 1.5s).
+func TestDeadWaiterDoesNotStall(t *testing.T) {
+	l, s, c := single(t)
+	k, err := l.Acquire(ctx(t), "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead waiter: first in the queue, with a live lease.
+	now, err := c.Time(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ZAdd(ctx(t), "dlock:{dead}:waiters", redis.Z{Score: 1, Member: "ghost"})
+	c.HSet(ctx(t), "dlock:{dead}:wexp", "ghost", now.Add(time.Minute).UnixMilli())
+	live := dlock.New(s.Client())
+	defer live.Close()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		k2, err := live.Acquire(ctx(t), "dead")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k2
+	}()
+	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{dead}:waiters").Val() == 2 }, "live waiter registered")
+	start := time.Now()
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	k2 := <-got
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("live waiter took %s after the release, stalled by the dead one", el)
+	}
+	if k2 != nil {
+		k2.Release(ctx(t))
+	}
 }

@@ -175,6 +175,10 @@ func (l *Locker) waitKeys(key string) (waiters, leases string) {
 	return l.lockKey(key) + ":waiters", l.lockKey(key) + ":wexp"
 }
 
+// standIn is how long the waiter after a woken one waits before it tries in
+// its place.
+func (l *Locker) standIn() time.Duration { return l.reserve + standInAfter }
+
 // nodeTimeout is how long a round waits for a node when the TTL is ttl.
 func (l *Locker) nodeTimeout(ttl time.Duration) time.Duration {
 	d := l.cfg.nodeTimeout
@@ -438,6 +442,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	lockKey, fenceKey := l.lockKey(key), l.fenceKey(key)
 	waitersKey, leasesKey := l.waitKeys(key)
 	keys := []string{lockKey, fenceKey, waitersKey, leasesKey}
+	channel := l.channel(key)
 
 	var waiterID string
 	var pos []string
@@ -469,7 +474,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			if registered != nil && registered[i] {
 				id, p = waiterID, pos[i]
 			}
-			v, err := acquireScript.Run(ctx, l.nodes[i].Client, keys, token, ttlMS, id, waiterLease.Milliseconds(), p).Result()
+			v, err := acquireScript.Run(ctx, l.nodes[i].Client, keys, token, ttlMS, id, waiterLease.Milliseconds(), p, channel).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -512,9 +517,13 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 		}
 	}
-	for i := range answered {
-		if !answered[i] {
-			res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded})
+	if decided := res.granted >= l.quorum || res.refused+len(res.nodeErrs) > n-l.quorum; !decided {
+		// The round ran out of time: the nodes that did not answer are
+		// part of the reason. (After an early decision they are not.)
+		for i := range answered {
+			if !answered[i] {
+				res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded})
+			}
 		}
 	}
 

@@ -14,14 +14,20 @@ const (
 	MinTTL = 10 * time.Millisecond
 
 	// maxNodeTimeout caps the default per-node timeout: a node that has not
-	// answered a lock command in half a second is treated as down.
-	maxNodeTimeout = 500 * time.Millisecond
+	// answered a lock command in a second is treated as down.
+	maxNodeTimeout = time.Second
 
 	// reserveFor is how long a release keeps the lock for the waiter it woke
 	// (single Redis only), so that a newcomer cannot barge in ahead of it.
 	// A live waiter takes the lock within a round trip; a dead one delays the
 	// others until their fallback wake-up.
 	reserveFor = 100 * time.Millisecond
+
+	// standInAfter is how long after a wake-up the next waiter waits for the
+	// woken one to take the lock before it tries itself (on top of the
+	// reservation, on one Redis, where the woken waiter's acquisition is
+	// announced and the stand-in stands down).
+	standInAfter = 50 * time.Millisecond
 
 	// The fallback wake-up of a waiter, in case a release notification was
 	// missed: capped exponential backoff with jitter. Waiters are normally
@@ -58,7 +64,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithNodeTimeout bounds how long one round waits for a node (default: a
-// fifth of the lock's TTL, at most 500ms). A node that has not answered by
+// fifth of the lock's TTL, at most 1s). Renewals wait up to the end of the
+// current validity instead, since a late confirmation still keeps the lock. A node that has not answered by
 // then counts as failed for that round. d ≤ 0 is an error, reported by the
 // Locker's methods; a value above a third of a lock's TTL is lowered to it.
 func WithNodeTimeout(d time.Duration) Option {
@@ -83,15 +90,16 @@ type lockConfig struct {
 // WithTTL sets the lock's TTL: the lease length, and so how long other
 // processes wait after a holder dies before the lock expires (default 30s).
 // With auto-renewal the lock is renewed every TTL/3 for as long as it is held.
-// A TTL below MinTTL (10ms), or not a whole number of milliseconds above it
-// rounded down, is an error returned by Acquire, TryAcquire and Do.
+// The TTL is used in whole milliseconds (rounded down). A TTL ≤ 0 or below
+// MinTTL (10ms) is an error, wrapping ErrInvalid, returned by Acquire,
+// TryAcquire and Do.
 func WithTTL(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if err := checkTTL(d); err != nil {
 			c.err = err
 			return
 		}
-		c.ttl = d
+		c.ttl = d.Truncate(time.Millisecond)
 	}
 }
 

@@ -52,14 +52,14 @@ func TestRedlockMinorityFrozen(t *testing.T) {
 		}
 	}
 	// Renewal keeps the lock for several TTLs with the minority frozen.
-	k, err := l.Acquire(ctx(t), "minority-renew", dlock.WithTTL(300*time.Millisecond))
+	k, err := l.Acquire(ctx(t), "minority-renew", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-k.Lost():
 		t.Fatal("lock lost with only a minority frozen")
-	case <-time.After(1500 * time.Millisecond):
+	case <-time.After(3 * time.Second):
 	}
 	k.Release(ctx(t))
 	for _, s := range servers[:2] {
@@ -196,8 +196,10 @@ func TestRedlockStatusAndForceRelease(t *testing.T) {
 	if !st.Held || st.Fence != k.Fence() || len(st.Nodes) != 3 || st.TTL <= 0 {
 		t.Errorf("status = %+v", st)
 	}
+	// The third node may not have run the acquisition yet: Acquire returns
+	// as soon as a quorum granted it.
 	n, err := l.ForceRelease(ctx(t), "admin")
-	if err != nil || n != 3 {
+	if err != nil || n < 2 {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
 	}
 	st, _ = l.Status(ctx(t), "admin")

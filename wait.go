@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,8 @@ type keyState struct {
 	wake chan struct{}
 
 	mu        sync.Mutex
+	backupFor string        // the woken waiter this process stands in for
+	backup    *time.Timer   // wakes this process if backupFor does not show up
 	id        string        // waiter id in the nodes' waiting sets
 	pos       []string      // per node: queue position from the last reply, "0" for none
 	requested []bool        // per node: subscription requested
@@ -152,10 +155,41 @@ func (ks *keyState) rotate() {
 	}
 }
 
-func (ks *keyState) isWaiter(id string) bool {
+// notify handles a message on the key's release channel: "*" wakes every
+// waiter (a forced release), "ID" or "ID NEXT" wakes waiter ID and makes NEXT
+// stand in for it after a delay, and "+ID" says that ID took the lock.
+func (ks *keyState) notify(payload string) {
+	if payload == "*" {
+		ks.signal()
+		return
+	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return id == ks.id
+	if taken, ok := strings.CutPrefix(payload, "+"); ok {
+		if taken == ks.backupFor {
+			ks.standDown()
+		}
+		return
+	}
+	woken, next, _ := strings.Cut(payload, " ")
+	switch ks.id {
+	case woken:
+		ks.standDown()
+		ks.signal()
+	case next:
+		ks.standDown()
+		ks.backupFor = woken
+		ks.backup = time.AfterFunc(ks.l.standIn(), ks.signal)
+	}
+}
+
+// standDown cancels standing in; ks.mu is held.
+func (ks *keyState) standDown() {
+	if ks.backup != nil {
+		ks.backup.Stop()
+		ks.backup = nil
+	}
+	ks.backupFor = ""
 }
 
 func (ks *keyState) signal() {
@@ -377,8 +411,8 @@ func (s *subscriber) readLoop(ps *redis.PubSub) {
 				}
 			}
 		case *redis.Message:
-			if ks := s.lookup(m.Channel); ks != nil && (m.Payload == "*" || ks.isWaiter(m.Payload)) {
-				ks.signal()
+			if ks := s.lookup(m.Channel); ks != nil {
+				ks.notify(m.Payload)
 			}
 		}
 	}

@@ -9,6 +9,7 @@
 -- ARGV[3] waiter id      "" to acquire without joining the waiting set
 -- ARGV[4] waiter lease   ms a registration lives without being refreshed
 -- ARGV[5] position       the waiter's queue position from an earlier reply, "0" for new
+-- ARGV[6] channel        the key's release channel, prefix{K}:released
 --
 -- Returns {1, fence} on success. The fence is INCR of the counter; when the
 -- lock already holds ARGV[1] (a retried command whose first reply was lost) the
@@ -19,7 +20,8 @@
 -- queue position when it registered as a waiter, else 0.
 --
 -- A value "~ID" is a reservation made by release.lua for waiter ID: only that
--- waiter may take the lock until the reservation's short TTL runs out.
+-- waiter may take the lock until the reservation's short TTL runs out. When
+-- it does, "+ID" is published, so the waiter standing in for it stands down.
 local v = redis.call('GET', KEYS[1])
 local waiter = ARGV[3]
 if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
@@ -33,6 +35,9 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
+    if v == '~' .. waiter then
+      redis.call('PUBLISH', ARGV[6], '+' .. waiter)
+    end
   end
   return {1, fence}
 end

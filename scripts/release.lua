@@ -12,10 +12,13 @@
 --
 -- The next waiter is the live registration with the lowest queue position;
 -- registrations whose lease ran out (their process died) are dropped on the
--- way. It is removed from the set and its id is published on the channel, so
--- exactly one waiting process is told. With ARGV[3] > 0 the lock is not
--- deleted but set to "~ID" for ARGV[3] ms, so a newcomer cannot barge in
--- ahead of the woken waiter; if that waiter is gone, the reservation expires.
+-- way. It is removed from the set and "ID" or "ID NEXT" is published on the
+-- channel: ID is woken, and NEXT, the waiter after it, stands in if ID has
+-- not taken the lock shortly (ID may have died without leaving the queue).
+-- Exactly one waiting process attempts per release. With ARGV[3] > 0 the lock
+-- is not deleted but set to "~ID" for ARGV[3] ms, so a newcomer cannot barge
+-- in ahead of the woken waiter; if that waiter is gone, the reservation
+-- expires and NEXT takes the lock.
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], ARGV[4])
@@ -46,6 +49,11 @@ else
   redis.call('DEL', KEYS[1])
 end
 if nxt then
-  redis.call('PUBLISH', ARGV[2], nxt)
+  local after = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if after[1] then
+    redis.call('PUBLISH', ARGV[2], nxt .. ' ' .. after[1])
+  else
+    redis.call('PUBLISH', ARGV[2], nxt)
+  end
 end
 return 1

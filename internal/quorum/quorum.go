@@ -80,23 +80,31 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 	}
 	ch := make(chan res, 1)
 	go func() {
-		defer cancel()
 		v, err := fn(ctx)
 		ch <- res{v, err}
 	}()
 	select {
 	case r := <-ch:
+		cancel()
 		return r.v, r.err, true
 	case <-ctx.Done():
-		if late != nil {
-			go func() {
-				r := <-ch
-				late(r.v, r.err)
-			}()
-		}
-		var zero T
-		return zero, ctx.Err(), false
 	}
+	// An answer that arrived together with the deadline still counts.
+	select {
+	case r := <-ch:
+		cancel()
+		return r.v, r.err, true
+	default:
+	}
+	err = ctx.Err()
+	cancel()
+	if late != nil {
+		go func() {
+			r := <-ch
+			late(r.v, r.err)
+		}()
+	}
+	return v, err, false
 }
 
 // Fanout runs fn on every node in parallel and returns the results received
