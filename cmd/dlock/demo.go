@@ -403,6 +403,8 @@ func (d *demoRun) redlock(ctx context.Context) error {
 		return nil
 	}
 	d.report("all 5 up:", r)
+	d.printf("   %-18s (fences skip numbers: each node counts every attempt it granted, also\n", "")
+	d.printf("   %-18s the attempts that lost a split vote)\n", "")
 
 	// Freeze two nodes: they keep their sockets open but answer nothing,
 	// like a node in a long pause or behind a partition.
@@ -439,9 +441,9 @@ func (d *demoRun) redlock(ctx context.Context) error {
 	}
 	why := ""
 	if lastErr != nil {
-		why = " (" + quorumReason(lastErr) + ")"
+		why = ": " + quorumReason(lastErr)
 	}
-	d.printf("   %-18s %d of %d attempts refused, each within %s%s: %s\n", "3 nodes frozen:",
+	d.printf("   %-18s %d of %d attempts refused within %s each%s: %s\n", "3 nodes frozen:",
 		refused, attempts, slowest.Round(time.Millisecond), why, d.check(refused == attempts && ctx.Err() == nil))
 
 	for _, s := range d.servers[2:] {
