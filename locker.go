@@ -244,14 +244,32 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+	}
+	// Fast path: when nobody in this Locker waits for the key, one attempt
+	// without the waiting machinery; an uncontended lock costs one round
+	// trip and no state.
+	var last *attemptResult
+	if !l.hasKeyState(key) {
+		k, res := l.attempt(ctx, key, cfg, nil)
+		if k != nil {
+			return k, nil
+		}
+		if ctx.Err() != nil {
+			return nil, res.err(key, ctx)
+		}
+		last = &res
+	}
+
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
 	select {
 	case ks.head <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ctx.Err())
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
 	case <-l.done:
-		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 	}
 	acquired := false
 	defer func() {
@@ -270,34 +288,39 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}()
 	for {
 		if l.isClosed() {
-			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 		}
-		// A wake-up that arrived before this attempt is answered by it.
-		select {
-		case <-ks.wake:
-		default:
-		}
-		k, res := l.attempt(ctx, key, cfg, ks)
-		if k != nil {
-			acquired = true
-			return k, nil
-		}
-		if ctx.Err() != nil {
-			return nil, res.err(key, ctx)
-		}
-		if !ks.subscribedAll() {
-			// Subscribe before registering as a waiter, then try again at
-			// once: a release between the failed attempt and the
-			// subscription would otherwise go unheard.
-			if ks.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
-				continue
+		subscribed := ks.subscribedAll()
+		// The fast path's failed attempt stands for this one, unless the
+		// key's subscription is in place: then attempt again, registering.
+		if last == nil || subscribed {
+			// A wake-up that arrived before this attempt is answered by it.
+			select {
+			case <-ks.wake:
+			default:
 			}
+			k, res := l.attempt(ctx, key, cfg, ks)
+			if k != nil {
+				acquired = true
+				return k, nil
+			}
+			if ctx.Err() != nil {
+				return nil, res.err(key, ctx)
+			}
+			last = &res
+		}
+		if !subscribed && ks.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
+			// Subscribed before registering as a waiter; try again at
+			// once. (A release between the failed attempt and the
+			// subscription would otherwise go unheard.)
+			last = nil
+			continue
 		}
 		wait := fallback(timerWakes)
-		if res.pttl > 0 && res.pttl < wait {
+		if p := last.pttl; p > 0 && p < wait {
 			// The holder's TTL runs out first: try then, with a little
 			// jitter so that waiting processes do not all arrive at once.
-			wait = res.pttl + time.Duration(mrand.Int64N(int64(res.pttl/10+time.Millisecond)))
+			wait = p + time.Duration(mrand.Int64N(int64(p/10+time.Millisecond)))
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -306,16 +329,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		}
 		select {
 		case <-ks.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop()
 		case <-timer.C:
 			timerWakes++
 		case <-ctx.Done():
-			return nil, res.err(key, ctx)
+			return nil, last.err(key, ctx)
 		case <-l.done:
 			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 		}
+		last = nil
 	}
 }
 

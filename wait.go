@@ -73,11 +73,23 @@ func (l *Locker) keyState(key string) *keyState {
 	return ks
 }
 
+// hasKeyState reports whether the Locker has waiting machinery for key:
+// someone waits for it, or its subscription lingers.
+func (l *Locker) hasKeyState(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keys[key] != nil
+}
+
 func (l *Locker) putKeyState(ks *keyState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ks.refs--
 	if ks.refs > 0 || l.closed {
+		return
+	}
+	if !ks.hasSubscription() {
+		delete(l.keys, ks.key)
 		return
 	}
 	ks.lingerTimer = time.AfterFunc(linger, func() {
@@ -197,6 +209,17 @@ func (ks *keyState) signal() {
 	case ks.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (ks *keyState) hasSubscription() bool {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for _, r := range ks.requested {
+		if r {
+			return true
+		}
+	}
+	return false
 }
 
 func (ks *keyState) subscribedAll() bool {

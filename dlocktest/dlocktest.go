@@ -327,6 +327,7 @@ func Clients(tb testing.TB, servers ...*Server) []redis.UniversalClient {
 // one master.
 type Cluster struct {
 	Servers []*Server
+	dirs    []string
 }
 
 // Addrs returns the masters' addresses.
@@ -344,11 +345,14 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 }
 
-// Close stops every server of the cluster.
+// Close stops every server of the cluster and removes their cluster state.
 func (c *Cluster) Close() error {
 	var errs []error
 	for _, s := range c.Servers {
 		errs = append(errs, s.Close())
+	}
+	for _, d := range c.dirs {
+		errs = append(errs, os.RemoveAll(d))
 	}
 	return errors.Join(errs...)
 }
@@ -367,6 +371,7 @@ func NewCluster(n int) (*Cluster, error) {
 			_ = c.Close()
 			return nil, err
 		}
+		c.dirs = append(c.dirs, dir)
 		s, err := NewServer(WithArgs("--cluster-enabled", "yes", "--dir", dir,
 			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
 		if err != nil {
