@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -39,13 +41,13 @@ const (
 
 // demo is dlock demo.
 func (c *cli) demo(ctx context.Context, args []string) int {
-	fs := newFlagSet("demo")
-	short := fs.Bool("short", false, "a shorter run")
-	if code := c.parseFlags(fs, args); code >= 0 {
+	fset := newFlagSet("demo")
+	short := fset.Bool("short", false, "a shorter run")
+	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
-	if fs.NArg() > 0 {
-		return c.usageError("demo", "unexpected argument %q", fs.Arg(0))
+	if fset.NArg() > 0 {
+		return c.usageError("demo", "unexpected argument %q", fset.Arg(0))
 	}
 	if _, err := dlocktest.Binary(); err != nil {
 		c.errorf("redis-server not found: the demo starts its own local Redis servers")
@@ -61,6 +63,10 @@ func (c *cli) demo(ctx context.Context, args []string) int {
 	}
 	err := d.run(ctx)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
+		c.errorf("cannot start redis-server: %s", errText(err))
+		c.hintf("install Debian's redis-server package (sudo apt-get install redis-server), or set $REDIS_SERVER to a redis-server binary")
+		return exitUnavailable
 	case ctx.Err() != nil:
 		d.prog.stop()
 		c.errorf("demo interrupted; every redis-server it started is stopped")
@@ -172,7 +178,8 @@ func (d *demoRun) startServers() error {
 	}
 	if len(errs) > 0 {
 		d.stopServers()
-		return fmt.Errorf("cannot start redis-server: %w", errors.Join(errs...))
+		// The servers fail alike; one message says it.
+		return errs[0]
 	}
 	return nil
 }
