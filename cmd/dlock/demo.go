@@ -426,6 +426,14 @@ func (d *demoRun) redlock(ctx context.Context) error {
 		return nil
 	}
 	d.report("2 nodes frozen:", r)
+	// The same with one worker: what the frozen nodes cost without
+	// contention.
+	alone := d.contend(ctx, contendSpec{label: "redlock, 2 frozen, 1 worker", lockers: ls[:1], key: key,
+		perWorker: d.perWorker * 40, budget: time.Second, nodes: d.admin[:3]})
+	if ctx.Err() != nil {
+		return nil
+	}
+	d.report("one worker alone:", alone)
 
 	if err := d.servers[2].Freeze(); err != nil {
 		return err

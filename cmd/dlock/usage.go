@@ -135,7 +135,8 @@ package must be installed), and shows the lock at work:
   1. 20 workers doing a non-atomic read-modify-write under one lock on one
      Redis: no lost update, no overlap, strictly increasing fences; then the
      same without the lock, losing updates.
-  2. The same on a 5-node Redlock; with 2 nodes frozen (SIGSTOP) work goes on;
+  2. The same on a 5-node Redlock; with 2 nodes frozen (SIGSTOP) work goes on
+     (20 contending workers, then one alone);
      with 3 frozen acquisitions are refused cleanly; then all are thawed.
   3. A holder whose Redis stops answering learns that it lost the lock
      before the lock could have expired.
