@@ -13,22 +13,33 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// keyArg parses the flags of an admin subcommand and its one KEY argument.
-// It returns the key, or the exit status to end with.
+// keyArg parses the flags of an admin subcommand, before or after its one
+// KEY argument, and returns the key, or the exit status to end with.
 func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
-	if code := c.parseFlags(fs, args); code >= 0 {
-		return "", code
+	var pos []string
+	for {
+		if code := c.parseFlags(fs, args); code >= 0 {
+			return "", code
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			pos = append(pos, rest...) // all positional after --
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	switch rest := fs.Args(); {
-	case len(rest) == 0:
+	switch {
+	case len(pos) == 0:
 		return "", c.usageError(fs.Name(), "missing KEY: dlock %s [flags] KEY", fs.Name())
-	case len(rest) > 1:
-		return "", c.usageError(fs.Name(), "one KEY only, got %q; flags go before KEY", rest)
-	case rest[0] == "":
+	case len(pos) > 1:
+		return "", c.usageError(fs.Name(), "one KEY only, got %q", pos)
+	case pos[0] == "":
 		return "", c.usageError(fs.Name(), "KEY must not be empty")
-	default:
-		return rest[0], -1
 	}
+	return pos[0], -1
 }
 
 // statusJSON is the output of dlock status --json.

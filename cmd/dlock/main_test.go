@@ -401,13 +401,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--ttl", "1ms", "job", "--", "true"}, "dlock: --ttl 1ms is too short"},
 		{[]string{"run", "--wait", "-1s", "job", "--", "true"}, "dlock: --wait -1s is negative"},
 		{[]string{"run", "--frobnicate", "job", "--", "true"}, "dlock: unknown flag --frobnicate"},
-		{[]string{"run", "job", "--ttl", "1s", "--", "true"}, "dlock: flag --ttl after KEY"},
+		{[]string{"run", "job", "--ttl", "1s", "true"}, "dlock: flag --ttl after KEY with no --"},
+		{[]string{"run", "job", "--ttl", "1s", "other", "--", "true"}, `dlock: unexpected "other" before --`},
+		{[]string{"run", "job", "--ttl", "nope", "--", "true"}, `dlock: --ttl "nope" is not a duration`},
 		{[]string{"run", "--redis", "http://:" + secret + "@127.0.0.1", "job", "--", "true"}, "dlock: bad Redis URL http://:xxxxx@127.0.0.1"},
 		{[]string{"run", "--redis", "redis://:" + secret + "@127.0.0.1:port", "job", "--", "true"}, "dlock: bad Redis URL redis://:xxxxx@127.0.0.1:port"},
 		{[]string{"run", "--redis", "redis://127.0.0.1/x", "job", "--", "true"}, "dlock: bad Redis URL"},
 		{[]string{"run", "--redis", "redis://127.0.0.1:1,redis://127.0.0.1:1", "job", "--", "true"}, "name the same database"},
 		{[]string{"status"}, "dlock: missing KEY"},
 		{[]string{"status", "a", "b"}, "dlock: one KEY only"},
+		{[]string{"status", "a", "--json", "b"}, "dlock: one KEY only"},
+		{[]string{"status", "a", "--frobnicate"}, "dlock: unknown flag --frobnicate"},
 		{[]string{"release", "job"}, "add --force to confirm"},
 		{[]string{"demo", "extra"}, "dlock: unexpected argument"},
 	} {
@@ -460,8 +464,11 @@ func TestRunRedisFromEnvironment(t *testing.T) {
 	if code, _, _ := dlockRun(t, "run", "job", "--", "true"); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	if code, _, _ := dlockRun(t, "run", "job", "--ttl", "5s", "--", "true"); code != 0 { // flags after KEY, before --
+		t.Fatalf("exit %d", code)
+	}
 	st, err := newLocker(t, s).Status(context.Background(), "job")
-	if err != nil || st.Fence != 1 {
+	if err != nil || st.Fence != 2 {
 		t.Errorf("the lock was not taken on $DLOCK_REDIS: %+v, %v", st, err)
 	}
 }
@@ -476,7 +483,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 	defer k.Release(context.Background())
 
-	code, stdout, _ := dlockRun(t, "status", "--json", "--redis", urls, "job")
+	code, stdout, _ := dlockRun(t, "status", "--redis", urls, "job", "--json") // flags after KEY too
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}

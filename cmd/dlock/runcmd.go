@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,7 +48,19 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	case len(rest) > 0 && rest[0] == "--":
 		rest = rest[1:]
 	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
-		return c.usageError("run", "flag %s after KEY: flags go before KEY, and -- goes between KEY and the command", rest[0])
+		// Flags between KEY and --: accepted, since -- marks where the
+		// command begins.
+		dashes := slices.Index(rest, "--")
+		if dashes < 0 {
+			return c.usageError("run", "flag %s after KEY with no -- before the command: dlock run [flags] KEY -- COMMAND [ARG]...", rest[0])
+		}
+		if code := c.parseFlags(fset, rest[:dashes]); code >= 0 {
+			return code
+		}
+		if fset.NArg() > 0 {
+			return c.usageError("run", "unexpected %q before --: one KEY only", fset.Arg(0))
+		}
+		rest = rest[dashes+1:]
 	}
 	if len(rest) == 0 {
 		return c.usageError("run", "missing COMMAND after KEY %q: dlock run [flags] KEY -- COMMAND [ARG]...", key)

@@ -50,7 +50,8 @@ var subUsage = map[string]string{
 	"run": `Usage: dlock run [flags] KEY -- COMMAND [ARG]...
 
 Runs COMMAND while holding the lock KEY, renewing it every TTL/3, and
-releases it when COMMAND ends, whatever the reason. Flags go before KEY.
+releases it when COMMAND ends, whatever the reason. Flags go before KEY
+(or between KEY and --).
 
 COMMAND runs in its own process group with dlock's stdin, stdout and stderr,
 and the environment variables DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE (a number
