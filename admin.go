@@ -155,7 +155,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 				if err != nil {
 					return 0, err
 				}
-				n, err := l.runRelease(ctx, i, key, v, "")
+				n, err := l.runRelease(ctx, i, key, v, "", true)
 				if err != nil || n == 1 {
 					return n, err
 				}

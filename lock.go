@@ -378,13 +378,13 @@ func (k *Lock) Release(ctx context.Context) error {
 
 	l := k.l
 	n := len(l.nodes)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.nodeTimeout(ttl), 100*time.Millisecond))
-	defer cancel()
 	// Decide as soon as the outcome is known: a node that has not answered
-	// by then still gets the release, which it runs when it can.
-	results := quorum.Fanout(ctx, l.nodes, time.Hour,
+	// by then still gets the release, on a context that is not cancelled
+	// when Release returns (only by the round's own timeout), so that a
+	// slow node is not left holding the key.
+	results := quorum.Fanout(context.WithoutCancel(ctx), l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
 		func(ctx context.Context, i int) (int64, error) {
-			return l.runRelease(ctx, i, k.key, k.token, "")
+			return l.runRelease(ctx, i, k.key, k.token, "", true)
 		},
 		func(rs []quorum.Result[int64]) bool {
 			ok, bad := countOK(rs)

@@ -279,7 +279,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		}
 	}()
 
-	timerWakes := 0
+	timerWakes, splits := 0, 0
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -322,6 +322,14 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			// jitter so that waiting processes do not all arrive at once.
 			wait = p + time.Duration(mrand.Int64N(int64(p/10+time.Millisecond)))
 		}
+		if last.granted > 0 && splits < maxSplitRetries {
+			// Some nodes of a quorum granted the lock but not enough: it
+			// was free, or changing hands, and contenders split the
+			// votes. Their clean-up wakes nobody, so try again shortly,
+			// after a random delay that breaks the tie, a few times.
+			splits++
+			wait = time.Millisecond + time.Duration(mrand.Int64N(int64(splitJitter)))
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
@@ -330,6 +338,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		select {
 		case <-ks.wake:
 			timer.Stop()
+			splits = 0
 		case <-timer.C:
 			timerWakes++
 		case <-ctx.Done():
@@ -650,7 +659,10 @@ func (l *Locker) releaseNodes(key, token string, nodes []int, ttl time.Duration)
 			go func() {
 				defer wg.Done()
 				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					return l.runRelease(ctx, i, key, token, "")
+					// On one Redis a failed attempt only ever holds the
+					// key when its answer was lost: waiters may be
+					// sleeping on its TTL, so wake one.
+					return l.runRelease(ctx, i, key, token, "", len(l.nodes) == 1)
 				})
 			}()
 		}
@@ -664,10 +676,15 @@ func callNode[T any](ctx context.Context, l *Locker, i int, fn func(ctx context.
 }
 
 // runRelease runs release.lua on node i: expected is the owner token or a
-// reservation "~ID"; leaving is a waiter id to remove from the queue, or "".
-func (l *Locker) runRelease(ctx context.Context, i int, key, expected, leaving string) (int64, error) {
+// reservation "~ID"; leaving is a waiter id to remove from the queue, or "";
+// wake says whether to wake the next waiter.
+func (l *Locker) runRelease(ctx context.Context, i int, key, expected, leaving string, wake bool) (int64, error) {
 	waitersKey, leasesKey := l.waitKeys(key)
+	w := "0"
+	if wake {
+		w = "1"
+	}
 	return releaseScript.Run(ctx, l.nodes[i].Client,
 		[]string{l.lockKey(key), waitersKey, leasesKey},
-		expected, l.channel(key), l.reserve.Milliseconds(), leaving).Int64()
+		expected, l.channel(key), l.reserve.Milliseconds(), leaving, w).Int64()
 }

@@ -29,6 +29,12 @@ const (
 	// announced and the stand-in stands down).
 	standInAfter = 50 * time.Millisecond
 
+	// After a split vote on a quorum (some nodes granted, too few), a
+	// contender tries again after 1ms plus a random delay below splitJitter,
+	// at most maxSplitRetries times per wake-up.
+	splitJitter     = 5 * time.Millisecond
+	maxSplitRetries = 3
+
 	// The fallback wake-up of a waiter, in case a release notification was
 	// missed: capped exponential backoff with jitter. Waiters are normally
 	// woken by the release itself or by the holder's TTL running out, so the

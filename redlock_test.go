@@ -210,3 +210,55 @@ func TestRedlockStatusAndForceRelease(t *testing.T) {
 		t.Errorf("Release after ForceRelease: %v, want ErrNotHeld", err)
 	}
 }
+
+// TestRedlockWakeOne checks the cost of waiting on a quorum: a release wakes
+// about one waiting process per node, and the stand-in stands down when the
+// woken waiter takes the lock.
+func TestRedlockWakeOne(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	const procs, rounds = 6, 10
+	var lockers []*dlock.Locker
+	for i := 0; i < procs; i++ {
+		l, err := dlock.NewRedlock(dlocktest.Clients(t, servers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		lockers = append(lockers, l)
+	}
+	admins := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		admins[i] = s.Client()
+		defer admins[i].Close()
+		admins[i].ConfigResetStat(ctx(t))
+	}
+	done := make(chan error, procs)
+	for _, l := range lockers {
+		go func() {
+			for r := 0; r < rounds; r++ {
+				k, err := l.Acquire(ctx(t), "hot")
+				if err != nil {
+					done <- err
+					return
+				}
+				time.Sleep(time.Millisecond)
+				k.Release(ctx(t))
+			}
+			done <- nil
+		}()
+	}
+	for range lockers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls int64
+	for _, a := range admins {
+		calls += scriptCalls(t, a)
+	}
+	perAcq := float64(calls) / float64(len(servers)) / float64(procs*rounds)
+	t.Logf("%.2f script calls per node per acquisition", perAcq)
+	if perAcq > 6 {
+		t.Errorf("%.2f script calls per node per acquisition, want ≤ 6", perAcq)
+	}
+}

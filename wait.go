@@ -326,7 +326,7 @@ func (l *Locker) leaveNodes(key, id string, nodes []int) {
 			go func() {
 				defer wg.Done()
 				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					return l.runRelease(ctx, i, key, "~"+id, id)
+					return l.runRelease(ctx, i, key, "~"+id, id, true)
 				})
 			}()
 		}

@@ -20,8 +20,9 @@
 -- queue position when it registered as a waiter, else 0.
 --
 -- A value "~ID" is a reservation made by release.lua for waiter ID: only that
--- waiter may take the lock until the reservation's short TTL runs out. When
--- it does, "+ID" is published, so the waiter standing in for it stands down.
+-- waiter may take the lock until the reservation's short TTL runs out. When a
+-- woken waiter takes the lock, "+ID" is published, so that the waiter
+-- standing in for it (see release.lua) stands down.
 local v = redis.call('GET', KEYS[1])
 local waiter = ARGV[3]
 if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
@@ -33,9 +34,11 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
     fence = redis.call('INCR', KEYS[2])
   end
   if waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
+    local queued = redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
-    if v == '~' .. waiter then
+    if queued == 0 then
+      -- Not in the queue: a release popped it (or it had not registered
+      -- here yet). Tell the waiter standing in for it that it came.
       redis.call('PUBLISH', ARGV[6], '+' .. waiter)
     end
   end

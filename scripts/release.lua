@@ -7,6 +7,10 @@
 -- ARGV[2] channel        the key's release channel, prefix{K}:released
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
 -- ARGV[4] leaving id     "" or a waiter id to remove from the waiting set first
+-- ARGV[5] wake           "1" to wake the next waiter, "0" not to (the clean-up
+--                        of a failed quorum attempt: the waiters were woken by
+--                        the release that freed the lock, and waking more for a
+--                        partial grant only makes them collide)
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0.
 --
@@ -25,6 +29,11 @@ if ARGV[4] ~= '' then
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
+end
+
+if ARGV[5] == '0' then
+  redis.call('DEL', KEYS[1])
+  return 1
 end
 
 local nxt = false
