@@ -57,8 +57,8 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	if key == "" {
 		return Status{}, invalid("key must not be empty")
 	}
-	lockKey, fenceKey := l.lockKey(key), l.fenceKey(key)
-	waitersKey, _ := l.waitKeys(key)
+	nm := l.names(key)
+	lockKey, fenceKey, waitersKey := nm.lock, nm.fence, nm.waiters
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, i int) (NodeStatus, error) {
@@ -141,21 +141,21 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	if key == "" {
 		return 0, invalid("key must not be empty")
 	}
-	lockKey := l.lockKey(key)
+	nm := l.names(key)
 	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, i int) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
 			for range 3 {
-				v, err := l.nodes[i].Client.Get(ctx, lockKey).Result()
+				v, err := l.nodes[i].Client.Get(ctx, nm.lock).Result()
 				if errors.Is(err, redis.Nil) {
 					return 0, nil
 				}
 				if err != nil {
 					return 0, err
 				}
-				n, err := l.runRelease(ctx, i, key, v, "", true)
+				n, err := l.runRelease(ctx, i, nm, v, "", true)
 				if err != nil || n == 1 {
 					return n, err
 				}

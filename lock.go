@@ -18,6 +18,7 @@ import (
 type Lock struct {
 	l         *Locker
 	key       string
+	names     *names
 	token     string
 	fence     uint64
 	autoRenew bool
@@ -38,9 +39,9 @@ type Lock struct {
 	onLostFns   []func()
 }
 
-func (l *Locker) newLock(key, token string, fence uint64, cfg lockConfig, start time.Time) *Lock {
+func (l *Locker) newLock(key string, nm *names, token string, fence uint64, cfg lockConfig, start time.Time) *Lock {
 	k := &Lock{
-		l: l, key: key, token: token, fence: fence, autoRenew: cfg.autoRenew,
+		l: l, key: key, names: nm, token: token, fence: fence, autoRenew: cfg.autoRenew,
 		ttl:        cfg.ttl,
 		validUntil: start.Add(cfg.ttl - drift(cfg.ttl)),
 		lostCh:     make(chan struct{}),
@@ -126,11 +127,10 @@ func (k *Lock) held() bool {
 func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Time, timeout time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
-	keys := []string{l.lockKey(k.key)}
 	ttlMS := ttl.Milliseconds()
 	results := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
-			return extendScript.Run(ctx, l.nodes[i].Client, keys, k.token, ttlMS).Int64()
+			return extendScript.Run(ctx, l.nodes[i].Client, k.names.extendKeys, k.token, ttlMS).Int64()
 		},
 		func(rs []quorum.Result[int64]) bool {
 			ok, bad := countOK(rs)
@@ -384,7 +384,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	// slow node is not left holding the key.
 	results := quorum.Fanout(context.WithoutCancel(ctx), l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
 		func(ctx context.Context, i int) (int64, error) {
-			return l.runRelease(ctx, i, k.key, k.token, "", true)
+			return l.runRelease(ctx, i, k.names, k.token, "", true)
 		},
 		func(rs []quorum.Result[int64]) bool {
 			ok, bad := countOK(rs)

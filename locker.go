@@ -45,6 +45,13 @@ type Locker struct {
 // a Redlock quorum of one. New panics if client is nil; an invalid Option is
 // reported by the Locker's methods. Close the Locker when done; it does not
 // close client.
+//
+// Every call to Redis is bounded by the node timeout whatever the client's
+// settings. A client built with ContextTimeoutEnabled applies context
+// deadlines to its reads, and dlock calls it directly; with any other client
+// (go-redis' default) each call runs on a helper goroutine that dlock stops
+// waiting for at the deadline, which costs a goroutine hand-off per call.
+// For the lowest latency, set ContextTimeoutEnabled in the client's options.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if client == nil {
 		panic("dlock: New called with a nil client")
@@ -168,11 +175,27 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-func (l *Locker) lockKey(key string) string  { return l.cfg.prefix + "{" + key + "}" }
-func (l *Locker) fenceKey(key string) string { return l.lockKey(key) + ":fence" }
-func (l *Locker) channel(key string) string  { return l.lockKey(key) + ":released" }
-func (l *Locker) waitKeys(key string) (waiters, leases string) {
-	return l.lockKey(key) + ":waiters", l.lockKey(key) + ":wexp"
+// names are the Redis keys and the channel of one lock (DESIGN §3). They
+// share the hash tag {key}, so that every script touches one Cluster slot.
+type names struct {
+	lock, fence, waiters, leases, channel string
+	// The KEYS of acquire.lua, release.lua and extend.lua.
+	acquireKeys, releaseKeys, extendKeys []string
+}
+
+func (l *Locker) names(key string) *names {
+	lock := l.cfg.prefix + "{" + key + "}"
+	n := &names{
+		lock:    lock,
+		fence:   lock + ":fence",
+		waiters: lock + ":waiters",
+		leases:  lock + ":wexp",
+		channel: lock + ":released",
+	}
+	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases}
+	n.releaseKeys = []string{n.lock, n.waiters, n.leases}
+	n.extendKeys = n.acquireKeys[:1]
+	return n
 }
 
 // standIn is how long the waiter after a woken one waits before it tries in
@@ -470,10 +493,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	token := newToken()
 	ttlMS := cfg.ttl.Milliseconds()
 	timeout := l.nodeTimeout(cfg.ttl)
-	lockKey, fenceKey := l.lockKey(key), l.fenceKey(key)
-	waitersKey, leasesKey := l.waitKeys(key)
-	keys := []string{lockKey, fenceKey, waitersKey, leasesKey}
-	channel := l.channel(key)
+	nm := l.names(key)
 
 	var waiterID string
 	var pos []string
@@ -494,7 +514,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
 		if (r.Err != nil || r.Val.ok) && (k == nil || k.isReleased()) {
-			l.releaseNodes(key, token, []int{r.Node}, cfg.ttl)
+			l.releaseNodes(nm, token, []int{r.Node}, cfg.ttl)
 		}
 	}
 
@@ -505,7 +525,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			if registered != nil && registered[i] {
 				id, p = waiterID, pos[i]
 			}
-			v, err := acquireScript.Run(ctx, l.nodes[i].Client, keys, token, ttlMS, id, waiterLease.Milliseconds(), p, channel).Result()
+			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys, token, ttlMS, id, waiterLease.Milliseconds(), p, nm.channel).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -561,11 +581,11 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if res.granted >= l.quorum {
 		ok := true
 		if n > 1 {
-			ok = l.raiseFences(ctx, key, fence, results, timeout)
+			ok = l.raiseFences(ctx, nm, fence, results, timeout)
 		}
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
 		if ok && time.Now().Before(validUntil) {
-			k = l.newLock(key, token, fence, cfg, start)
+			k = l.newLock(key, nm, token, fence, cfg, start)
 		} else {
 			res.late = true
 		}
@@ -585,11 +605,11 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 		}
 		if len(cleanup) > 0 {
-			l.releaseNodes(key, token, cleanup, cfg.ttl)
+			l.releaseNodes(nm, token, cleanup, cfg.ttl)
 		}
 	} else if ks != nil {
 		if id, stale := ks.acquired(grantedNodes); len(stale) > 0 {
-			l.leaveNodes(key, id, stale)
+			l.leaveNodes(nm, id, stale)
 		}
 	}
 	close(decided)
@@ -599,7 +619,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 // raiseFences makes sure that at least a quorum of nodes holds a fence
 // counter ≥ fence: nodes of the granting quorum that returned less are raised
 // (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, key string, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration) bool {
+func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration) bool {
 	confirmed := 0
 	var low []int
 	for _, r := range results {
@@ -615,7 +635,7 @@ func (l *Locker) raiseFences(ctx context.Context, key string, fence uint64, resu
 		return true
 	}
 	need := l.quorum - confirmed
-	fenceKey := []string{l.fenceKey(key)}
+	fenceKey := []string{nm.fence}
 	rs := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, i int) (int64, error) {
 			return raiseScript.Run(ctx, l.nodes[low[i]].Client, fenceKey, strconv.FormatUint(fence, 10)).Int64()
@@ -649,7 +669,7 @@ func (l *Locker) subset(idx []int) []*quorum.Node {
 // background, on a context of its own: used to clean up after a failed or
 // cancelled attempt, which must not leave keys behind because the caller's
 // context ended.
-func (l *Locker) releaseNodes(key, token string, nodes []int, ttl time.Duration) {
+func (l *Locker) releaseNodes(nm *names, token string, nodes []int, ttl time.Duration) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout(ttl), 100*time.Millisecond))
 		defer cancel()
@@ -662,7 +682,7 @@ func (l *Locker) releaseNodes(key, token string, nodes []int, ttl time.Duration)
 					// On one Redis a failed attempt only ever holds the
 					// key when its answer was lost: waiters may be
 					// sleeping on its TTL, so wake one.
-					return l.runRelease(ctx, i, key, token, "", len(l.nodes) == 1)
+					return l.runRelease(ctx, i, nm, token, "", len(l.nodes) == 1)
 				})
 			}()
 		}
@@ -678,13 +698,11 @@ func callNode[T any](ctx context.Context, l *Locker, i int, fn func(ctx context.
 // runRelease runs release.lua on node i: expected is the owner token or a
 // reservation "~ID"; leaving is a waiter id to remove from the queue, or "";
 // wake says whether to wake the next waiter.
-func (l *Locker) runRelease(ctx context.Context, i int, key, expected, leaving string, wake bool) (int64, error) {
-	waitersKey, leasesKey := l.waitKeys(key)
+func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, leaving string, wake bool) (int64, error) {
 	w := "0"
 	if wake {
 		w = "1"
 	}
-	return releaseScript.Run(ctx, l.nodes[i].Client,
-		[]string{l.lockKey(key), waitersKey, leasesKey},
-		expected, l.channel(key), l.reserve.Milliseconds(), leaving, w).Int64()
+	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys,
+		expected, nm.channel, l.reserve.Milliseconds(), leaving, w).Int64()
 }

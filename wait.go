@@ -16,9 +16,9 @@ import (
 // while any Acquire for the key runs, and lingers for a while after, so that
 // a process that takes the same lock again and again keeps its subscription.
 type keyState struct {
-	l       *Locker
-	key     string
-	channel string
+	l     *Locker
+	key   string
+	names *names
 
 	// Guarded by l.mu.
 	refs        int
@@ -50,7 +50,7 @@ func (l *Locker) keyState(key string) *keyState {
 	if ks == nil {
 		n := len(l.nodes)
 		ks = &keyState{
-			l: l, key: key, channel: l.channel(key),
+			l: l, key: key, names: l.names(key),
 			head:      make(chan struct{}, 1),
 			wake:      make(chan struct{}, 1),
 			id:        newToken(),
@@ -310,13 +310,13 @@ func (l *Locker) leaveQueue(ks *keyState) {
 	}
 	ks.mu.Unlock()
 	if len(nodes) > 0 {
-		l.leaveNodes(ks.key, id, nodes)
+		l.leaveNodes(ks.names, id, nodes)
 	}
 }
 
 // leaveNodes removes waiter id from the waiting sets of the given nodes, in
 // the background, handing on a reservation made for it.
-func (l *Locker) leaveNodes(key, id string, nodes []int) {
+func (l *Locker) leaveNodes(nm *names, id string, nodes []int) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), maxNodeTimeout)
 		defer cancel()
@@ -326,7 +326,7 @@ func (l *Locker) leaveNodes(key, id string, nodes []int) {
 			go func() {
 				defer wg.Done()
 				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					return l.runRelease(ctx, i, key, "~"+id, id, true)
+					return l.runRelease(ctx, i, nm, "~"+id, id, true)
 				})
 			}()
 		}
@@ -365,18 +365,18 @@ func (s *subscriber) subscribe(ks *keyState) {
 	if s.ps == nil {
 		s.start()
 	}
-	s.chans[ks.channel] = ks
-	s.cmds <- subCmd{channel: ks.channel, subscribe: true}
+	s.chans[ks.names.channel] = ks
+	s.cmds <- subCmd{channel: ks.names.channel, subscribe: true}
 }
 
 func (s *subscriber) unsubscribe(ks *keyState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.ps == nil || s.chans[ks.channel] != ks {
+	if s.closed || s.ps == nil || s.chans[ks.names.channel] != ks {
 		return
 	}
-	delete(s.chans, ks.channel)
-	s.cmds <- subCmd{channel: ks.channel}
+	delete(s.chans, ks.names.channel)
+	s.cmds <- subCmd{channel: ks.names.channel}
 }
 
 // start opens the connection; s.mu is held.
