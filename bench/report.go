@@ -82,6 +82,10 @@ func ratios(a, b []float64) []float64 {
 func fmtRatios(r []float64) string {
 	var s []string
 	for _, x := range r {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			s = append(s, "–")
+			continue
+		}
 		s = append(s, fmt.Sprintf("%.2f", x))
 	}
 	return strings.Join(s, " ")
@@ -229,7 +233,7 @@ func (r *Report) Targets() []Target {
 				f    func(ContendedResult) float64
 			}{
 				{"handoff p50 (to whoever acquires next)", func(x ContendedResult) float64 { return float64(x.HandoffP50) }},
-				{"handoff p50 to another worker (a waiter)", func(x ContendedResult) float64 { return float64(x.OtherP50) }},
+				{"handoff p50 to another worker (a waiter)", func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) }},
 			} {
 				mine := pick(c.Runs, cname, "dlock", m.f)
 				ts = append(ts, Target{"Contended W=8, 5ms: " + m.what + " ≤ 0.3 ms",
@@ -294,6 +298,14 @@ func (r *Report) Targets() []Target {
 			dl.AllocsPerOp <= rl.AllocsPerOp})
 	}
 	return ts
+}
+
+// nz maps 0 (no sample) to NaN, so that it is left out of medians.
+func nz(x float64) float64 {
+	if x == 0 {
+		return math.NaN()
+	}
+	return x
 }
 
 func scale(v []float64, k float64) []float64 {
@@ -368,8 +380,8 @@ func (r *Report) Markdown(charts bool) string {
 			t.add(l.Name, num(g(func(x ContendedResult) float64 { return x.AcqPerSec })),
 				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP50) })),
 				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP99) })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.OtherP50) })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.OtherP99) })),
+				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) })),
+				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP99)) })),
 				fmt.Sprintf("%.0f%%", 100*g(func(x ContendedResult) float64 { return x.SelfShare })),
 				fmt.Sprintf("%.2f", g(func(x ContendedResult) float64 { return x.Fairness() })),
 				num(g(func(x ContendedResult) float64 { return x.RoundTrips })),
@@ -442,7 +454,7 @@ func (r *Report) Charts(dir string) error {
 				name string
 				f    func(ContendedResult) float64
 			}{
-				{"to a waiter (another worker)", func(x ContendedResult) float64 { return float64(x.OtherP50) / 1e6 }},
+				{"to a waiter (another worker)", func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) / 1e6 }},
 				{"to whoever acquires next", func(x ContendedResult) float64 { return float64(x.HandoffP50) / 1e6 }},
 			} {
 				s := Series{Name: m.name}
