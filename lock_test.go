@@ -884,3 +884,20 @@ func TestDeadWaiterDoesNotStall(t *testing.T) {
 		k2.Release(ctx(t))
 	}
 }
+
+// TestSentinel: a Locker on a Sentinel-managed master, through go-redis'
+// FailoverClient.
+func TestSentinel(t *testing.T) {
+	master := dlocktest.Start(t)
+	sentinel := dlocktest.StartSentinel(t, "dlockmaster", master)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "dlockmaster",
+		SentinelAddrs: []string{sentinel.Addr()},
+	})
+	defer c.Close()
+	lockers := []*dlock.Locker{dlock.New(c), dlock.New(c)}
+	for _, l := range lockers {
+		defer l.Close()
+	}
+	exclusion(t, lockers, 8, 5)
+}

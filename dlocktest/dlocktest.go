@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,7 @@ type Server struct {
 	addr string
 	port int
 	args []string
+	dir  string // removed by Close, if set
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -113,6 +115,59 @@ func NewServer(opts ...Option) (*Server, error) {
 		return s, nil
 	}
 	return nil, lastErr
+}
+
+// NewSentinel starts a Redis Sentinel on a free loopback port that monitors
+// master under the name masterName (quorum 1, failure detected after 1s). A
+// go-redis FailoverClient with SentinelAddrs {s.Addr()} reaches the master
+// through it. The caller must call Close.
+func NewSentinel(masterName string, master *Server) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "dlocktest-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for i := 0; i < 5; i++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
+			"sentinel monitor %s 127.0.0.1 %d 1\n"+
+			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 5000\n",
+			port, dir, masterName, master.Port(), masterName, masterName)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return nil, err
+		}
+		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		// The configuration file must come first; Sentinel rewrites it.
+		s.args = []string{conf, "--sentinel", "--daemonize", "no", "--loglevel", "warning", "--logfile", ""}
+		if err := s.start(bin); err != nil {
+			lastErr = err
+			continue
+		}
+		return s, nil
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// StartSentinel starts a Sentinel monitoring master for the test, stopped in
+// the test's Cleanup.
+func StartSentinel(tb testing.TB, masterName string, master *Server) *Server {
+	tb.Helper()
+	s, err := NewSentinel(masterName, master)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 func (s *Server) start(bin string) error {
@@ -284,7 +339,11 @@ func (s *Server) Close() error {
 	if frozen {
 		_ = s.Thaw()
 	}
-	return s.Kill()
+	err := s.Kill()
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+	return err
 }
 
 // Start starts a redis-server for the test and stops it in the test's Cleanup.
