@@ -373,8 +373,8 @@ func (r *Report) Markdown(charts bool) string {
 
 	for _, c := range r.Contended {
 		w("## Contended: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
-		w("One key; every worker is its own process (own client, own locker), acquires, holds the lock for %s (a sleep), releases, and at once asks again. Handoff: one holder's Release returning → the next Acquire returning, whoever the next holder is; *to a waiter*: counting only handoffs to another worker (a library that lets the releaser take the lock straight back shows a short handoff that no waiter saw; *self* is the share of such acquisitions). Fairness: min/max acquisitions per worker. Round trips: commands the clients sent; commands: all commands Redis ran, those inside scripts included (INFO commandstats). CPU per acquisition.\n\n", c.Hold)
-		t := table{head: []string{"library", "acq/s", "handoff p50", "handoff p99", "to a waiter p50", "to a waiter p99", "self", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}}
+		w("One key; every worker is its own process (own client, own locker), acquires, holds the lock for %s (a sleep), releases, and at once asks again. Handoff: one holder's Release returning → the next Acquire returning, whoever the next holder is; *to a waiter*: counting only handoffs to another worker (a library that lets the releaser take the lock straight back shows a short handoff that no waiter saw; *self* is the share of such acquisitions). Acquire wait: from the call to its return, what a waiting worker experiences. Fairness: min/max acquisitions per worker. Round trips: commands the clients sent; commands: all commands Redis ran, those inside scripts included (INFO commandstats). CPU per acquisition.\n\n", c.Hold)
+		t := table{head: []string{"library", "acq/s", "handoff p50", "handoff p99", "to a waiter p50", "to a waiter p99", "self", "Acquire wait p50", "Acquire wait p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}}
 		for _, l := range r.Libraries {
 			g := func(f func(ContendedResult) float64) float64 { return median(pick(c.Runs, cname, l.Name, f)) }
 			t.add(l.Name, num(g(func(x ContendedResult) float64 { return x.AcqPerSec })),
@@ -383,6 +383,8 @@ func (r *Report) Markdown(charts bool) string {
 				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) })),
 				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP99)) })),
 				fmt.Sprintf("%.0f%%", 100*g(func(x ContendedResult) float64 { return x.SelfShare })),
+				ms(g(func(x ContendedResult) float64 { return float64(x.WaitP50) })),
+				ms(g(func(x ContendedResult) float64 { return float64(x.WaitP99) })),
 				fmt.Sprintf("%.2f", g(func(x ContendedResult) float64 { return x.Fairness() })),
 				num(g(func(x ContendedResult) float64 { return x.RoundTrips })),
 				num(g(func(x ContendedResult) float64 { return x.Commands })),

@@ -213,6 +213,10 @@ type ContendedResult struct {
 	// i.e. to a process that was waiting.
 	OtherP50 time.Duration
 	OtherP99 time.Duration
+	// WaitP50/P99: how long Acquire took (call → return), over all
+	// acquisitions: what a waiting worker experiences.
+	WaitP50 time.Duration
+	WaitP99 time.Duration
 	// SelfShare is the share of acquisitions that went straight back to
 	// the worker that had just released.
 	SelfShare float64
@@ -258,6 +262,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 	acqAt := make([]int64, maxRec)
 	relAt := make([]int64, maxRec)
 	who := make([]int32, maxRec)
+	waits := make([][]time.Duration, w)
 	var (
 		seq, inside, violations, errs atomic.Int64
 		counts                        = make([]int64, w)
@@ -272,6 +277,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 			defer wg.Done()
 			p := ps[i]
 			for n := 0; n < 10_000_000 && ctx.Err() == nil; n++ {
+				t0 := time.Since(base)
 				h, err := p.Lock(ctx, key)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -290,6 +296,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 				}
 				if t >= warm && t < warm+dur {
 					counts[i]++
+					waits[i] = append(waits[i], t-t0)
 				}
 				time.Sleep(hold)
 				inside.Add(-1)
@@ -348,6 +355,11 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 		res.FairMax = max(res.FairMax, c)
 	}
 	res.AcqPerSec = float64(res.Acquisitions) / dur.Seconds()
+	var all []time.Duration
+	for _, ws := range waits {
+		all = append(all, ws...)
+	}
+	res.WaitP50, res.WaitP99 = percentile(all, 50), percentile(all, 99)
 	res.Handoffs = len(handoffs)
 	res.HandoffP50, res.HandoffP99 = percentile(handoffs, 50), percentile(handoffs, 99)
 	res.OtherP50, res.OtherP99 = percentile(other, 50), percentile(other, 99)
