@@ -74,42 +74,47 @@ func exclusion(t *testing.T, lockers []*dlock.Locker, workers, rounds int) {
 	}
 }
 
+// lockers makes n Lockers (standing for n processes), each on clients of its
+// own from newClients, all closed in the test's Cleanup.
+func lockers(t *testing.T, n int, newClients func() []redis.UniversalClient) []*dlock.Locker {
+	t.Helper()
+	var ls []*dlock.Locker
+	for i := 0; i < n; i++ {
+		clients := newClients()
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			l.Close()
+			for _, c := range clients {
+				c.Close()
+			}
+		})
+		ls = append(ls, l)
+	}
+	return ls
+}
+
 func TestMutualExclusion(t *testing.T) {
 	s := dlocktest.Start(t)
-	var lockers []*dlock.Locker
-	for i := 0; i < 3; i++ {
-		c := s.Client()
-		l := dlock.New(c)
-		t.Cleanup(func() { l.Close(); c.Close() })
-		lockers = append(lockers, l)
-	}
-	exclusion(t, lockers, 16, 15)
+	exclusion(t, lockers(t, 3, func() []redis.UniversalClient {
+		return []redis.UniversalClient{s.Client()}
+	}), 16, 15)
 }
 
 func TestMutualExclusionRedlock(t *testing.T) {
 	servers := dlocktest.StartN(t, 3)
-	var lockers []*dlock.Locker
-	for i := 0; i < 2; i++ {
-		l, err := dlock.NewRedlock(dlocktest.Clients(t, servers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		lockers = append(lockers, l)
-	}
-	exclusion(t, lockers, 16, 8)
+	exclusion(t, lockers(t, 2, func() []redis.UniversalClient {
+		return dlocktest.Clients(t, servers...)
+	}), 16, 8)
 }
 
 func TestMutualExclusionCluster(t *testing.T) {
 	cl := dlocktest.StartCluster(t, 3)
-	var lockers []*dlock.Locker
-	for i := 0; i < 2; i++ {
-		c := cl.Client()
-		l := dlock.New(c)
-		t.Cleanup(func() { l.Close(); c.Close() })
-		lockers = append(lockers, l)
-	}
-	exclusion(t, lockers, 16, 8)
+	exclusion(t, lockers(t, 2, func() []redis.UniversalClient {
+		return []redis.UniversalClient{cl.Client()}
+	}), 16, 8)
 }
 
 func TestTryAcquireHeld(t *testing.T) {
@@ -236,19 +241,13 @@ func TestWakeOne(t *testing.T) {
 	admin := s.Client()
 	defer admin.Close()
 	const procs, rounds = 8, 20
-	var lockers []*dlock.Locker
-	for i := 0; i < procs; i++ {
-		c := s.Client()
-		l := dlock.New(c)
-		t.Cleanup(func() { l.Close(); c.Close() })
-		lockers = append(lockers, l)
-	}
+	ls := lockers(t, procs, func() []redis.UniversalClient { return []redis.UniversalClient{s.Client()} })
 	if err := admin.ConfigResetStat(ctx(t)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var acquisitions atomic.Int64
-	for _, l := range lockers {
+	for _, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -217,15 +217,7 @@ func TestRedlockStatusAndForceRelease(t *testing.T) {
 func TestRedlockWakeOne(t *testing.T) {
 	servers := dlocktest.StartN(t, 3)
 	const procs, rounds = 6, 10
-	var lockers []*dlock.Locker
-	for i := 0; i < procs; i++ {
-		l, err := dlock.NewRedlock(dlocktest.Clients(t, servers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		lockers = append(lockers, l)
-	}
+	ls := lockers(t, procs, func() []redis.UniversalClient { return dlocktest.Clients(t, servers...) })
 	admins := make([]*redis.Client, len(servers))
 	for i, s := range servers {
 		admins[i] = s.Client()
@@ -233,7 +225,7 @@ func TestRedlockWakeOne(t *testing.T) {
 		admins[i].ConfigResetStat(ctx(t))
 	}
 	done := make(chan error, procs)
-	for _, l := range lockers {
+	for _, l := range ls {
 		go func() {
 			for r := 0; r < rounds; r++ {
 				k, err := l.Acquire(ctx(t), "hot")
@@ -247,7 +239,7 @@ func TestRedlockWakeOne(t *testing.T) {
 			done <- nil
 		}()
 	}
-	for range lockers {
+	for range ls {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}

@@ -89,16 +89,8 @@ func NewServer(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	// A free port can be taken by someone else between the probe and the
-	// server's bind; try again with another port a few times.
-	for i := 0; i < 5; i++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-		s.args = append([]string{
+	return startOnFreePort(bin, "", func(port int) ([]string, error) {
+		return append([]string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--save", "",
@@ -107,7 +99,24 @@ func NewServer(opts ...Option) (*Server, error) {
 			"--protected-mode", "no",
 			"--loglevel", "warning",
 			"--logfile", "",
-		}, c.extra...)
+		}, c.extra...), nil
+	})
+}
+
+// startOnFreePort starts bin with the arguments args gives for a free port.
+// A free port can be taken by someone else between the probe and the
+// server's bind, so it tries again with another port a few times.
+func startOnFreePort(bin, dir string, args func(port int) ([]string, error)) (*Server, error) {
+	var lastErr error
+	for i := 0; i < 5; i++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		if s.args, err = args(port); err != nil {
+			return nil, err
+		}
 		if err := s.start(bin); err != nil {
 			lastErr = err
 			continue
@@ -130,12 +139,7 @@ func NewSentinel(masterName string, master *Server) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for i := 0; i < 5; i++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	s, err := startOnFreePort(bin, dir, func(port int) ([]string, error) {
 		conf := filepath.Join(dir, "sentinel.conf")
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
 			"sentinel monitor %s 127.0.0.1 %d 1\n"+
@@ -145,17 +149,14 @@ func NewSentinel(masterName string, master *Server) (*Server, error) {
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return nil, err
 		}
-		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
 		// The configuration file must come first; Sentinel rewrites it.
-		s.args = []string{conf, "--sentinel", "--daemonize", "no", "--loglevel", "warning", "--logfile", ""}
-		if err := s.start(bin); err != nil {
-			lastErr = err
-			continue
-		}
-		return s, nil
+		return []string{conf, "--sentinel", "--daemonize", "no", "--loglevel", "warning", "--logfile", ""}, nil
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
+	return s, nil
 }
 
 // StartSentinel starts a Sentinel monitoring master for the test, stopped in
