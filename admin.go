@@ -60,7 +60,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	nm := l.names(key)
 	lockKey, fenceKey, waitersKey := nm.lock, nm.fence, nm.waiters
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
-	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
+	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, i int) (NodeStatus, error) {
 			var get, fence *redis.StringCmd
 			var pttl *redis.DurationCmd
@@ -90,13 +90,13 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			ns.Waiters = waiters.Val()
 			return ns, nil
 		},
-		func([]quorum.Result[NodeStatus]) bool { return false }, nil)
-	answered := make([]bool, len(l.nodes))
+		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
 	for _, r := range results {
-		answered[r.Node] = true
 		ns := r.Val
-		ns.Err = r.Err
+		if r.Err != nil {
+			ns.Err = &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err}
+		}
 		ns.Addr = l.nodes[r.Node].Addr
 		st.Nodes[r.Node] = ns
 		if r.Err != nil {
@@ -111,12 +111,12 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		st.Fence = max(st.Fence, ns.Fence)
 		st.Waiters = max(st.Waiters, ns.Waiters)
 	}
+	for _, m := range missing {
+		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err}}
+	}
 	errs := 0
-	for i, a := range answered {
-		if !a {
-			st.Nodes[i] = NodeStatus{Addr: l.nodes[i].Addr, Err: &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded}}
-		}
-		if st.Nodes[i].Err != nil {
+	for _, ns := range st.Nodes {
+		if ns.Err != nil {
 			errs++
 		}
 	}
@@ -142,7 +142,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, invalid("key must not be empty")
 	}
 	nm := l.names(key)
-	results := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
+	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, i int) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
@@ -162,22 +162,18 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 			}
 			return 0, fmt.Errorf("the lock changed hands during the release, try again")
 		},
-		func([]quorum.Result[int64]) bool { return false }, nil)
+		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
-	answered := make([]bool, len(l.nodes))
 	var errs []error
 	for _, r := range results {
-		answered[r.Node] = true
 		if r.Err != nil {
 			errs = append(errs, &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err})
 		} else if r.Val == 1 {
 			deleted++
 		}
 	}
-	for i, a := range answered {
-		if !a {
-			errs = append(errs, &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded})
-		}
+	for _, m := range missing {
+		errs = append(errs, &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err})
 	}
 	if len(errs) > 0 {
 		return deleted, fmt.Errorf("dlock: force release %q: %w", key, errors.Join(errs...))

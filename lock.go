@@ -128,21 +128,26 @@ func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Ti
 	l := k.l
 	n := len(l.nodes)
 	ttlMS := ttl.Milliseconds()
-	results := quorum.Fanout(ctx, l.nodes, timeout,
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
 			return extendScript.Run(ctx, l.nodes[i].Client, k.names.extendKeys, k.token, ttlMS).Int64()
 		},
-		func(rs []quorum.Result[int64]) bool {
+		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)
-			return ok >= l.quorum || bad > n-l.quorum
-		}, nil)
-	ok, refused, errs := k.tally(results)
+			return ok >= l.quorum || bad+suspects > n-l.quorum
+		}, k.lateExtend)
+	ok, refused, errs := k.tally(results, missing)
 	validUntil := start.Add(ttl - drift(ttl))
 	switch {
 	case ok >= l.quorum && time.Now().Before(validUntil):
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if k.lost || k.released {
+			// Confirmed after the holder was told it lost the lock, or
+			// after it released it: undo the extension.
+			for _, r := range results {
+				go k.lateExtend(r) // it takes k.mu
+			}
 			return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 		}
 		k.ttl, k.validUntil = ttl, validUntil
@@ -173,11 +178,9 @@ func countOK(rs []quorum.Result[int64]) (ok, bad int) {
 }
 
 // tally counts a round's answers: ok (1), refused (0) and per-node errors,
-// including a timeout for each node that did not answer.
-func (k *Lock) tally(results []quorum.Result[int64]) (ok, refused int, errs []error) {
-	answered := make([]bool, len(k.l.nodes))
+// including those of the nodes whose missing answer counted.
+func (k *Lock) tally(results []quorum.Result[int64], missing []quorum.Missing) (ok, refused int, errs []error) {
 	for _, r := range results {
-		answered[r.Node] = true
 		switch {
 		case r.Err != nil:
 			errs = append(errs, &NodeError{Addr: k.l.nodes[r.Node].Addr, Err: r.Err})
@@ -187,12 +190,34 @@ func (k *Lock) tally(results []quorum.Result[int64]) (ok, refused int, errs []er
 			refused++
 		}
 	}
-	for i, a := range answered {
-		if !a {
-			errs = append(errs, &NodeError{Addr: k.l.nodes[i].Addr, Err: context.DeadlineExceeded})
-		}
+	for _, m := range missing {
+		errs = append(errs, &NodeError{Addr: k.l.nodes[m.Node].Addr, Err: m.Err})
 	}
 	return ok, refused, errs
+}
+
+// lateExtend handles a renewal or Extend that a node confirmed after the
+// lock was lost or released: that command has extended a key that nobody
+// will renew or release, which would keep the next owner waiting a whole
+// TTL. The key (still holding this lock's token) is deleted once it would
+// have expired but for that extension: not earlier, so that the holder keeps
+// the time between Lost and the expiry to stop its work.
+func (k *Lock) lateExtend(r quorum.Result[int64]) {
+	if r.Err != nil || r.Val != 1 {
+		return
+	}
+	k.mu.Lock()
+	lost, released, ttl := k.lost, k.released, k.ttl
+	at := time.Now() // released: the holder is done
+	if lost {
+		at = k.validUntil.Add(2 * drift(ttl))
+	}
+	k.mu.Unlock()
+	if lost || released {
+		time.AfterFunc(max(time.Until(at), 0), func() {
+			k.l.releaseNodes(k.names, k.token, []int{r.Node}, ttl)
+		})
+	}
 }
 
 // scheduleRenew sets the renewal timer; k.mu is held.
@@ -382,15 +407,15 @@ func (k *Lock) Release(ctx context.Context) error {
 	// by then still gets the release, on a context that is not cancelled
 	// when Release returns (only by the round's own timeout), so that a
 	// slow node is not left holding the key.
-	results := quorum.Fanout(context.WithoutCancel(ctx), l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
+	results, missing := quorum.Fanout(context.WithoutCancel(ctx), l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
 		func(ctx context.Context, i int) (int64, error) {
 			return l.runRelease(ctx, i, k.names, k.token, "", true)
 		},
-		func(rs []quorum.Result[int64]) bool {
+		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)
-			return ok >= l.quorum || bad > n-l.quorum
+			return ok >= l.quorum || bad+suspects > n-l.quorum
 		}, nil)
-	ok, refused, errs := k.tally(results)
+	ok, refused, errs := k.tally(results, missing)
 	var err error
 	switch {
 	case wasLost:

@@ -519,7 +519,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 
 	start := time.Now()
-	results := quorum.Fanout(ctx, l.nodes, timeout,
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int) (acquireReply, error) {
 			id, p := "", "0"
 			if registered != nil && registered[i] {
@@ -531,7 +531,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 			return parseAcquire(v)
 		},
-		func(rs []quorum.Result[acquireReply]) bool {
+		func(rs []quorum.Result[acquireReply], suspects int) bool {
 			g, f := 0, 0
 			for _, r := range rs {
 				if r.Err == nil && r.Val.ok {
@@ -540,15 +540,15 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 					f++
 				}
 			}
-			return g >= l.quorum || f > n-l.quorum
+			// Nodes that recently did not answer in time are not waited
+			// for: with them counted as failed, the quorum is out of reach.
+			return g >= l.quorum || f+suspects > n-l.quorum
 		},
 		late)
 
 	var fence uint64
 	var grantedNodes []int
-	answered := make([]bool, n)
 	for _, r := range results {
-		answered[r.Node] = true
 		switch {
 		case r.Err != nil:
 			res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err})
@@ -568,14 +568,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 		}
 	}
-	if decided := res.granted >= l.quorum || res.refused+len(res.nodeErrs) > n-l.quorum; !decided {
-		// The round ran out of time: the nodes that did not answer are
-		// part of the reason. (After an early decision they are not.)
-		for i := range answered {
-			if !answered[i] {
-				res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[i].Addr, Err: context.DeadlineExceeded})
-			}
-		}
+	for _, m := range missing {
+		res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err})
 	}
 
 	if res.granted >= l.quorum {
@@ -593,15 +587,17 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if k == nil {
 		// Release wherever the key may have been set: granted nodes, and
 		// nodes whose answer was lost or late.
+		answered := make([]bool, n)
 		var cleanup []int
-		for i := range answered {
-			if !answered[i] {
-				cleanup = append(cleanup, i)
-			}
-		}
 		for _, r := range results {
+			answered[r.Node] = true
 			if r.Err != nil || r.Val.ok {
 				cleanup = append(cleanup, r.Node)
+			}
+		}
+		for i, a := range answered {
+			if !a {
+				cleanup = append(cleanup, i)
 			}
 		}
 		if len(cleanup) > 0 {
@@ -636,11 +632,11 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 	}
 	need := l.quorum - confirmed
 	fenceKey := []string{nm.fence}
-	rs := quorum.Fanout(ctx, l.subset(low), timeout,
+	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, i int) (int64, error) {
 			return raiseScript.Run(ctx, l.nodes[low[i]].Client, fenceKey, strconv.FormatUint(fence, 10)).Int64()
 		},
-		func(rs []quorum.Result[int64]) bool {
+		func(rs []quorum.Result[int64], _ int) bool {
 			ok := 0
 			for _, r := range rs {
 				if r.Err == nil && r.Val >= int64(min(fence, math.MaxInt64)) {

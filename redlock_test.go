@@ -254,3 +254,47 @@ func TestRedlockWakeOne(t *testing.T) {
 		t.Errorf("%.2f script calls per node per acquisition, want ≤ 6", perAcq)
 	}
 }
+
+// TestRedlockSuspectNodes: a round that cannot decide without frozen nodes
+// waits for them once (the node timeout), and not again while they stay
+// unresponsive.
+func TestRedlockSuspectNodes(t *testing.T) {
+	servers := dlocktest.StartN(t, 5)
+	clients := dlocktest.Clients(t, servers...)
+	l, err := dlock.NewRedlock(clients, dlock.WithNodeTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Node 0 is held by someone else; nodes 3 and 4 are frozen: 2 grants,
+	// 1 refusal, and 2 nodes that decide the outcome but do not answer.
+	clients[0].Set(ctx(t), "dlock:{suspect}", "someone-else", time.Minute)
+	servers[3].Freeze()
+	servers[4].Freeze()
+	defer servers[3].Thaw()
+	defer servers[4].Thaw()
+
+	start := time.Now()
+	_, err = l.TryAcquire(ctx(t), "suspect")
+	first := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("first TryAcquire: %v", err)
+	}
+	start = time.Now()
+	_, err = l.TryAcquire(ctx(t), "suspect")
+	second := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: %v", err)
+	}
+	var ne *dlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Errorf("error %v does not name the nodes it did not wait for", err)
+	}
+	t.Logf("first %s, second %s: %v", first, second, err)
+	if first < 2*time.Second {
+		t.Errorf("first attempt took %s: it should have waited the node timeout for the deciding nodes", first)
+	}
+	if second > time.Second {
+		t.Errorf("second attempt took %s: it waited again for nodes that had just not answered", second)
+	}
+}

@@ -13,6 +13,8 @@ package quorum
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +28,25 @@ type Node struct {
 	// HonoursCtx is true when the client applies ctx deadlines to reads, so
 	// a call can run inline.
 	HonoursCtx bool
+
+	// suspectUntil (Unix ns) is set when the node left a round without an
+	// answer, and cleared by its next successful answer: while it is set,
+	// rounds do not wait for the node to decide (it still gets every
+	// command, and an answer in time still counts).
+	suspectUntil atomic.Int64
+}
+
+// suspectFor is how long a node that did not answer in time is not waited
+// for, unless it answers meanwhile.
+const suspectFor = 10 * time.Second
+
+// Suspect reports whether the node recently failed to answer in time.
+func (n *Node) Suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
+
+func (n *Node) answered(err error) {
+	if err == nil && n.suspectUntil.Load() != 0 {
+		n.suspectUntil.Store(0)
+	}
 }
 
 // NewNode describes client, deriving its address and whether it applies
@@ -107,18 +128,37 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 	return v, err, false
 }
 
+// ErrNotWaited is the failure of a node that a round did not wait for
+// because it recently did not answer in time. It wraps
+// context.DeadlineExceeded.
+var ErrNotWaited = fmt.Errorf("not waited for: it recently did not answer in time (%w)", context.DeadlineExceeded)
+
+// Missing is a node that gave no answer that counted in a round.
+type Missing struct {
+	Node int
+	// Err is context.DeadlineExceeded when the round ran out of time,
+	// ErrNotWaited when the round decided without waiting for the suspect
+	// node, or the error of the caller's context.
+	Err error
+}
+
 // Fanout runs fn on every node in parallel and returns the results received
 // by the time done reports true for them, every node has answered, timeout
-// has elapsed or ctx has ended; a node missing from the results gave no
-// answer in time. done is called after each result, with the
-// results so far, on the caller's goroutine. Results that arrive after
-// Fanout returned are passed to late (on another goroutine), if late is not
-// nil. With one node, fn runs through Call without the fan-out machinery.
+// has elapsed or ctx has ended. It also returns the nodes whose missing
+// answer is part of the outcome: all unanswered nodes when the round ran out
+// of time (or ctx ended), only the suspect ones when done decided early
+// (a node that was merely slower than the decision is not listed). done is called after each result (and once before any), on
+// the caller's goroutine, with the results so far and the number of nodes
+// that have not answered yet and are suspect (they recently left a round
+// unanswered: a frozen or partitioned node), which the caller may count as
+// failed so as not to wait for them. Results that arrive after Fanout
+// returned are passed to late (on another goroutine), if late is not nil.
+// With one node, fn runs through Call without the fan-out machinery.
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 	fn func(ctx context.Context, i int) (T, error),
-	done func(results []Result[T]) bool,
+	done func(results []Result[T], suspects int) bool,
 	late func(Result[T]),
-) []Result[T] {
+) ([]Result[T], []Missing) {
 	if len(nodes) == 1 {
 		var lateOne func(T, error)
 		if late != nil {
@@ -126,37 +166,64 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		}
 		v, err, answered := Call(ctx, nodes[0], timeout, func(ctx context.Context) (T, error) { return fn(ctx, 0) }, lateOne)
 		if !answered {
-			return nil
+			return nil, []Missing{{Node: 0, Err: err}}
 		}
-		return []Result[T]{{Node: 0, Val: v, Err: err}}
+		return []Result[T]{{Node: 0, Val: v, Err: err}}, nil
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	ch := make(chan Result[T], len(nodes))
-	for i := range nodes {
+	answeredNode := make([]bool, len(nodes))
+	suspectBefore := make([]bool, len(nodes))
+	suspects := 0
+	for i, n := range nodes {
+		if n.Suspect() {
+			suspects++
+			suspectBefore[i] = true
+		}
 		go func(i int) {
 			v, err := fn(ctx, i)
+			nodes[i].answered(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}
 		}(i)
 	}
 	results := make([]Result[T], 0, len(nodes))
-	for len(results) < len(nodes) {
+	decided := done(results, suspects)
+	for !decided && len(results) < len(nodes) {
 		select {
 		case r := <-ch:
 			results = append(results, r)
-			if done(results) {
-				goto decided
+			answeredNode[r.Node] = true
+			if suspects > 0 {
+				suspects = pendingSuspects(nodes, answeredNode)
 			}
+			decided = done(results, suspects)
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-decided:
+	var missing []Missing
+	timedOut := !decided && len(results) < len(nodes)
+	until := time.Now().Add(suspectFor).UnixNano()
+	for i, a := range answeredNode {
+		switch {
+		case a:
+		case timedOut && !time.Now().Before(deadline):
+			// Out of time: the nodes still pending are suspect from now on.
+			nodes[i].suspectUntil.Store(until)
+			missing = append(missing, Missing{Node: i, Err: context.DeadlineExceeded})
+		case timedOut:
+			missing = append(missing, Missing{Node: i, Err: ctx.Err()})
+		case suspectBefore[i]:
+			missing = append(missing, Missing{Node: i, Err: ErrNotWaited})
+		}
+	}
 	pending := len(nodes) - len(results)
 	if pending == 0 {
 		cancel()
-		return results
+		return results, missing
 	}
 	go func() {
 		defer cancel()
@@ -167,5 +234,15 @@ decided:
 			}
 		}
 	}()
-	return results
+	return results, missing
+}
+
+func pendingSuspects(nodes []*Node, answered []bool) int {
+	n := 0
+	for i, a := range answered {
+		if !a && nodes[i].Suspect() {
+			n++
+		}
+	}
+	return n
 }
