@@ -40,7 +40,9 @@
 // most 1s; see [WithNodeTimeout]). That bound holds whatever the client's
 // settings: go-redis does not apply context deadlines to socket reads unless
 // ContextTimeoutEnabled is set, so a call to a frozen node runs on its own
-// goroutine and is abandoned at the deadline.
+// goroutine and is abandoned at the deadline. A node that left a round
+// unanswered is suspect: later rounds still send it every command but do not
+// wait for it to decide, until it answers again (or 10s have passed).
 //
 // # Renewal and the lost-lock signal
 //
@@ -85,8 +87,10 @@
 // waiting for the same key queue locally: only the first talks to Redis. A
 // Locker subscribes once per node (one pub/sub connection each), per key
 // while someone waits for it. A waiter that gives up removes its
-// registration and hands on a reservation made for it; one that dies is
-// skipped once its registration's lease (60s) runs out.
+// registration and hands on a reservation made for it. The release also names
+// the waiter after the woken one, which stands in if the woken one has not
+// taken the lock shortly after (it may have died); a dead waiter's
+// registration is dropped once its lease (60s) runs out.
 //
 // # Limits
 //
@@ -105,5 +109,7 @@
 //     service for at least one TTL (delayed restart). The same holds for a
 //     Sentinel failover to a replica that had not yet received a lock.
 //   - A waiter woken by a release that dies before taking the lock leaves it
-//     reserved for a moment; the others then wake on their fallback timer.
+//     reserved for a moment (100ms on one Redis); the waiter after it stands
+//     in for it after that. If both die, the others wake on their fallback
+//     timer (seconds).
 package dlock
