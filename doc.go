@@ -77,20 +77,21 @@
 //
 // Acquire does not poll. A failed attempt registers the waiting process in
 // the key's waiting set ("dlock:{K}:waiters", ordered by arrival) in the same
-// script. A release pops the first live registration and publishes its id on
-// the key's channel "dlock:{K}:released", so one waiting process is woken,
-// not every one; on a single Redis the release also reserves the lock for
-// that waiter for a moment, so a newcomer cannot barge in ahead of it. A
-// waiter also wakes when the holder's remaining TTL (returned by the failed
-// attempt) runs out, and, as a fallback for a missed notification, after a
-// slow jittered backoff (2s, doubling to 16s). Goroutines of one Locker
-// waiting for the same key queue locally: only the first talks to Redis. A
-// Locker subscribes once per node (one pub/sub connection each), per key
-// while someone waits for it. A waiter that gives up removes its
-// registration and hands on a reservation made for it. The release also names
-// the waiter after the woken one, which stands in if the woken one has not
-// taken the lock shortly after (it may have died); a dead waiter's
-// registration is dropped once its lease (60s) runs out.
+// script. A release pops the first live registration and tells that waiter
+// alone, on its Locker's inbox channel ("dlock:inbox:ID", one pub/sub
+// subscription per node per Locker, made the first time the Locker has to
+// wait), so one waiting process hears of the release and attempts, however
+// many wait. On a single Redis the release also reserves the lock for that
+// waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
+// after it is told too, and stands in if the woken one has not taken the
+// lock shortly after (it may have died). A waiter also wakes when the
+// holder's remaining TTL (returned by the failed attempt) runs out, when its
+// inbox subscription comes back after a reconnection (a release may have gone
+// unheard), and, as a last resort, after a slow jittered backoff (15s,
+// doubling to 60s). Goroutines of one Locker waiting for the same key queue
+// locally: only the first talks to Redis. A waiter that gives up removes its
+// registration and hands on a reservation made for it; a dead waiter's
+// registration is dropped once its lease (3 minutes) runs out.
 //
 // # Limits
 //

@@ -194,7 +194,7 @@ func TestAcquireCancelled(t *testing.T) {
 }
 
 // TestWakeOnRelease checks that a waiter is woken by the release itself, well
-// before any fallback timer (the first fallback sleep is at least 1.5s).
+// before any fallback timer (the first fallback sleep is at least 11s).
 func TestWakeOnRelease(t *testing.T) {
 	l, s, _ := single(t)
 	other := dlock.New(s.Client())
@@ -861,7 +861,7 @@ func TestAcquireUnreachable(t *testing.T) {
 // TestDeadWaiterDoesNotStall registers a waiter that never comes (its process
 // died without leaving the queue) ahead of a live one: the release wakes and
 // reserves for the dead one, and the live one must stand in for it promptly,
-// not after its fallback timer (at least 1.5s).
+// not after its fallback timer (at least 11s).
 func TestDeadWaiterDoesNotStall(t *testing.T) {
 	l, s, c := single(t)
 	k, err := l.Acquire(ctx(t), "dead")
@@ -914,4 +914,43 @@ func TestSentinel(t *testing.T) {
 		defer l.Close()
 	}
 	exclusion(t, lockers, 8, 5)
+}
+
+// TestWakeAfterReconnect kills the waiter's pub/sub connection and releases
+// the lock while it is down: the release's notification is lost, and the
+// waiter must learn of it from its subscription's return, not from its
+// fallback timer (at least 11s).
+func TestWakeAfterReconnect(t *testing.T) {
+	l, s, c := single(t)
+	k, err := l.Acquire(ctx(t), "reconnect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(s.Client())
+	defer waiter.Close()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		k2, err := waiter.Acquire(ctx(t), "reconnect")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k2
+	}()
+	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{reconnect}:waiters").Val() == 1 }, "waiter registered")
+	if err := c.Do(ctx(t), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case k2 := <-got:
+		t.Logf("acquired %s after the release", time.Since(start))
+		if k2 != nil {
+			k2.Release(ctx(t))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken within 5s of a release made while its subscription was down")
+	}
 }

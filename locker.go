@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,12 @@ type Locker struct {
 	// its own next waiter and could split the votes).
 	reserve time.Duration
 
-	subs []*subscriber
+	// id names this Locker in waiter registrations; a waiter is told of
+	// releases on the channel inbox (prefix + "inbox:" + id).
+	id    string
+	inbox string
+	seq   atomic.Uint64
+	subs  []*subscriber
 
 	mu     sync.Mutex
 	keys   map[string]*keyState
@@ -101,6 +107,8 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		locks:  make(map[*Lock]struct{}),
 		done:   make(chan struct{}),
 	}
+	l.id = newToken()
+	l.inbox = l.inboxPrefix() + l.id
 	if len(clients) == 1 {
 		l.reserve = reserveFor
 	}
@@ -129,11 +137,6 @@ func (l *Locker) Close() error {
 	locks := make([]*Lock, 0, len(l.locks))
 	for k := range l.locks {
 		locks = append(locks, k)
-	}
-	for _, ks := range l.keys {
-		if ks.lingerTimer != nil {
-			ks.lingerTimer.Stop()
-		}
 	}
 	l.mu.Unlock()
 
@@ -178,7 +181,7 @@ func (l *Locker) isClosed() bool {
 // names are the Redis keys and the channel of one lock (DESIGN §3). They
 // share the hash tag {key}, so that every script touches one Cluster slot.
 type names struct {
-	lock, fence, waiters, leases, channel string
+	lock, fence, waiters, leases string
 	// The KEYS of acquire.lua, release.lua and extend.lua.
 	acquireKeys, releaseKeys, extendKeys []string
 }
@@ -190,7 +193,6 @@ func (l *Locker) names(key string) *names {
 		fence:   lock + ":fence",
 		waiters: lock + ":waiters",
 		leases:  lock + ":wexp",
-		channel: lock + ":released",
 	}
 	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases}
 	n.releaseKeys = []string{n.lock, n.waiters, n.leases}
@@ -241,7 +243,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if l.isClosed() {
 		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 	}
-	k, res := l.attempt(ctx, key, cfg, nil)
+	k, res := l.attempt(ctx, key, cfg, nil, nil)
 	if k != nil {
 		return k, nil
 	}
@@ -270,21 +272,6 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if l.isClosed() {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 	}
-	// Fast path: when nobody in this Locker waits for the key, one attempt
-	// without the waiting machinery; an uncontended lock costs one round
-	// trip and no state.
-	var last *attemptResult
-	if !l.hasKeyState(key) {
-		k, res := l.attempt(ctx, key, cfg, nil)
-		if k != nil {
-			return k, nil
-		}
-		if ctx.Err() != nil {
-			return nil, res.err(key, ctx)
-		}
-		last = &res
-	}
-
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
 	select {
@@ -313,39 +300,33 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		if l.isClosed() {
 			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 		}
-		subscribed := ks.subscribedAll()
-		// The fast path's failed attempt stands for this one, unless the
-		// key's subscription is in place: then attempt again, registering.
-		if last == nil || subscribed {
-			// A wake-up that arrived before this attempt is answered by it.
-			select {
-			case <-ks.wake:
-			default:
-			}
-			k, res := l.attempt(ctx, key, cfg, ks)
-			if k != nil {
-				acquired = true
-				return k, nil
-			}
-			if ctx.Err() != nil {
-				return nil, res.err(key, ctx)
-			}
-			last = &res
+		// A wake-up that arrived before this attempt is answered by it.
+		select {
+		case <-ks.wake:
+		default:
 		}
-		if !subscribed && ks.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
+		ready := l.inboxReady()
+		k, res := l.attempt(ctx, key, cfg, ks, ready)
+		if k != nil {
+			acquired = true
+			return k, nil
+		}
+		if ctx.Err() != nil {
+			return nil, res.err(key, ctx)
+		}
+		if !allTrue(ready) && l.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
 			// Subscribed before registering as a waiter; try again at
-			// once. (A release between the failed attempt and the
-			// subscription would otherwise go unheard.)
-			last = nil
+			// once, registering. (A release between the failed attempt
+			// and the subscription would otherwise go unheard.)
 			continue
 		}
 		wait := fallback(timerWakes)
-		if p := last.pttl; p > 0 && p < wait {
+		if p := res.pttl; p > 0 && p < wait {
 			// The holder's TTL runs out first: try then, with a little
 			// jitter so that waiting processes do not all arrive at once.
 			wait = p + time.Duration(mrand.Int64N(int64(p/10+time.Millisecond)))
 		}
-		if last.granted > 0 && splits < maxSplitRetries {
+		if res.granted > 0 && splits < maxSplitRetries {
 			// Some nodes of a quorum granted the lock but not enough: it
 			// was free, or changing hands, and contenders split the
 			// votes. Their clean-up wakes nobody, so try again shortly,
@@ -365,12 +346,20 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		case <-timer.C:
 			timerWakes++
 		case <-ctx.Done():
-			return nil, last.err(key, ctx)
+			return nil, res.err(key, ctx)
 		case <-l.done:
 			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 		}
-		last = nil
 	}
+}
+
+func allTrue(bs []bool) bool {
+	for _, b := range bs {
+		if !b {
+			return false
+		}
+	}
+	return true
 }
 
 // fallback is the n-th fallback sleep: fallbackBase·2ⁿ capped at fallbackCap,
@@ -488,20 +477,20 @@ func (r attemptResult) err(key string, ctx context.Context) error {
 }
 
 // attempt runs one acquisition round on every node. ks is nil for an attempt
-// that must not register as a waiter.
-func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState) (*Lock, attemptResult) {
+// that must not register as a waiter; otherwise it registers on the nodes
+// where ready says the Locker's inbox is subscribed.
+func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState, ready []bool) (*Lock, attemptResult) {
 	token := newToken()
 	ttlMS := cfg.ttl.Milliseconds()
 	timeout := l.nodeTimeout(cfg.ttl)
 	nm := l.names(key)
 
-	var waiterID string
-	var pos []string
-	var registered []bool
-	if ks != nil {
-		waiterID, pos, registered = ks.registration()
-	}
 	n := len(l.nodes)
+	var regs []nodeReg
+	if ks != nil {
+		regs = ks.registration(ready)
+	}
+	none := nodeReg{pos: "0", queued: "0", refresh: "0"}
 	res := attemptResult{quorum: l.quorum, nodes: n}
 
 	// decided is closed once the attempt's outcome is known (k is set if it
@@ -521,11 +510,12 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int) (acquireReply, error) {
-			id, p := "", "0"
-			if registered != nil && registered[i] {
-				id, p = waiterID, pos[i]
+			reg := none
+			if regs != nil {
+				reg = regs[i]
 			}
-			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys, token, ttlMS, id, waiterLease.Milliseconds(), p, nm.channel).Result()
+			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys,
+				token, ttlMS, reg.member, waiterLease.Milliseconds(), reg.pos, reg.queued, reg.refresh).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -563,8 +553,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			} else if p := time.Duration(r.Val.pttl) * time.Millisecond; p > 0 && (res.pttl == 0 || p < res.pttl) {
 				res.pttl = p
 			}
-			if ks != nil && r.Val.pos != "" && r.Val.pos != "0" {
-				ks.setPosition(r.Node, r.Val.pos)
+			if ks != nil {
+				ks.registered(r.Node, regs[r.Node], r.Val.pos)
 			}
 		}
 	}
@@ -604,8 +594,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			l.releaseNodes(nm, token, cleanup, cfg.ttl)
 		}
 	} else if ks != nil {
-		if id, stale := ks.acquired(grantedNodes); len(stale) > 0 {
-			l.leaveNodes(nm, id, stale)
+		if member, stale := ks.acquired(grantedNodes); len(stale) > 0 {
+			l.leaveNodes(nm, member, stale)
 		}
 	}
 	close(decided)
@@ -700,5 +690,8 @@ func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, lea
 		w = "1"
 	}
 	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys,
-		expected, nm.channel, l.reserve.Milliseconds(), leaving, w).Int64()
+		expected, l.inboxPrefix(), l.reserve.Milliseconds(), leaving, w).Int64()
 }
+
+// inboxPrefix is the prefix of every Locker's inbox channel.
+func (l *Locker) inboxPrefix() string { return l.cfg.prefix + "inbox:" }

@@ -36,21 +36,18 @@ const (
 	maxSplitRetries = 3
 
 	// The fallback wake-up of a waiter, in case a release notification was
-	// missed: capped exponential backoff with jitter. Waiters are normally
-	// woken by the release itself or by the holder's TTL running out, so the
-	// fallback is slow on purpose.
-	fallbackBase = 2 * time.Second
-	fallbackCap  = 16 * time.Second
+	// missed: capped exponential backoff with jitter. Waiters are woken by
+	// the release itself, by the holder's TTL running out, and by the
+	// return of their inbox subscription after a reconnection, so the
+	// fallback is slow on purpose: an idle waiter costs next to nothing.
+	fallbackBase = 15 * time.Second
+	fallbackCap  = 60 * time.Second
 
 	// waiterLease is how long a waiter's registration lives in Redis without
-	// being refreshed; longer than the longest fallback sleep, so a live
-	// waiter never drops out, while a dead one is skipped after it.
-	waiterLease = 60 * time.Second
-
-	// linger is how long a Locker stays subscribed to a key's release channel
-	// after its last waiter for that key left, so that a process that
-	// acquires the same key repeatedly does not pay a SUBSCRIBE each time.
-	linger = 30 * time.Second
+	// being refreshed; well above the longest fallback sleep, so a live
+	// waiter never drops out (it rewrites its registration when a third of
+	// the lease is gone), while a dead one is skipped after it.
+	waiterLease = 3 * time.Minute
 )
 
 // Option configures a Locker.

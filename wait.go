@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,36 +12,37 @@ import (
 )
 
 // keyState is a Locker's waiting machinery for one key: the local queue of
-// goroutines waiting for it, the process's registration in the key's waiting
-// set in Redis, and the subscription to the key's release channel. It lives
-// while any Acquire for the key runs, and lingers for a while after, so that
-// a process that takes the same lock again and again keeps its subscription.
+// goroutines waiting for it and the process's registration in the key's
+// waiting set in Redis. It lives while any Acquire for the key runs.
 type keyState struct {
 	l     *Locker
 	key   string
 	names *names
 
-	// Guarded by l.mu.
-	refs        int
-	lingerTimer *time.Timer
+	refs int // guarded by l.mu
 
 	// head is the local queue: the goroutine that holds its one slot is the
 	// only one of this Locker that talks to Redis for the key; the others
 	// wait their turn in arrival order (a blocked channel send is FIFO).
 	head chan struct{}
-	// wake is signalled when a release named this process's waiter id, or
-	// when a subscription came back after a reconnection.
+	// wake is signalled when a release woke this process's waiter, when it
+	// stands in for a woken waiter that did not come, and after the inbox
+	// subscription came back from a reconnection.
 	wake chan struct{}
 
-	mu        sync.Mutex
-	backupFor string        // the woken waiter this process stands in for
-	backup    *time.Timer   // wakes this process if backupFor does not show up
-	id        string        // waiter id in the nodes' waiting sets
-	pos       []string      // per node: queue position from the last reply, "0" for none
-	requested []bool        // per node: subscription requested
-	confirmed []bool        // per node: subscription confirmed by the server
-	ready     chan struct{} // signalled on each first confirmation
-	queued    []bool        // per node: id may sit in the waiting set
+	mu      sync.Mutex
+	member  string      // the waiter in the nodes' waiting sets: "LOCKERID:SEQ:KEY"
+	pos     []string    // per node: queue position from the last reply, "0" for none
+	queued  []bool      // per node: the member may sit in the waiting set
+	regAt   []time.Time // per node: when the registration was last written; zero: write it
+	standIn *time.Timer // set while standing in for a woken waiter
+}
+
+// waiterMember names this Locker's waiter for key; seq tells apart waiters of
+// successive keyStates for the same key, so that a late removal of an old
+// registration cannot remove a new one.
+func (l *Locker) waiterMember(key string) string {
+	return l.id + ":" + strconv.FormatUint(l.seq.Add(1), 10) + ":" + key
 }
 
 func (l *Locker) keyState(key string) *keyState {
@@ -51,157 +53,120 @@ func (l *Locker) keyState(key string) *keyState {
 		n := len(l.nodes)
 		ks = &keyState{
 			l: l, key: key, names: l.names(key),
-			head:      make(chan struct{}, 1),
-			wake:      make(chan struct{}, 1),
-			id:        newToken(),
-			pos:       make([]string, n),
-			requested: make([]bool, n),
-			confirmed: make([]bool, n),
-			queued:    make([]bool, n),
-			ready:     make(chan struct{}, n),
+			head:   make(chan struct{}, 1),
+			wake:   make(chan struct{}, 1),
+			member: l.waiterMember(key),
+			pos:    make([]string, n),
+			queued: make([]bool, n),
+			regAt:  make([]time.Time, n),
 		}
 		for i := range ks.pos {
 			ks.pos[i] = "0"
 		}
 		l.keys[key] = ks
 	}
-	if ks.lingerTimer != nil {
-		ks.lingerTimer.Stop()
-		ks.lingerTimer = nil
-	}
 	ks.refs++
 	return ks
 }
 
-// hasKeyState reports whether the Locker has waiting machinery for key:
-// someone waits for it, or its subscription lingers.
-func (l *Locker) hasKeyState(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.keys[key] != nil
-}
-
 func (l *Locker) putKeyState(ks *keyState) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	ks.refs--
-	if ks.refs > 0 || l.closed {
-		return
-	}
-	if !ks.hasSubscription() {
+	last := ks.refs == 0
+	if last {
 		delete(l.keys, ks.key)
-		return
 	}
-	ks.lingerTimer = time.AfterFunc(linger, func() {
-		l.mu.Lock()
-		if ks.refs > 0 || l.keys[ks.key] != ks || l.closed {
-			l.mu.Unlock()
-			return
-		}
-		delete(l.keys, ks.key)
-		l.mu.Unlock()
+	l.mu.Unlock()
+	if last {
 		ks.mu.Lock()
-		defer ks.mu.Unlock()
-		for i, r := range ks.requested {
-			if r {
-				l.subs[i].unsubscribe(ks)
-			}
-		}
-	})
+		ks.stopStandIn()
+		ks.mu.Unlock()
+	}
 }
 
-// registration returns what an attempt passes to each node: the waiter id,
-// the node's queue position, and whether the node may register it (only once
-// this Locker is subscribed there, so that no release goes unheard).
-func (ks *keyState) registration() (string, []string, []bool) {
+// nodeReg is what an attempt passes to one node about the waiter.
+type nodeReg struct {
+	member, pos, queued, refresh string
+}
+
+// registration returns what an attempt passes to each node. A node may
+// register the waiter only once this Locker's inbox is subscribed there, so
+// that no release goes unheard. A registration is rewritten when it was
+// popped by a release (the waiter was woken) or its lease is a third gone.
+func (ks *keyState) registration(ready []bool) []nodeReg {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	reg := make([]bool, len(ks.confirmed))
-	copy(reg, ks.confirmed)
-	for i, r := range reg {
-		if r {
-			ks.queued[i] = true
+	regs := make([]nodeReg, len(ready))
+	for i, r := range ready {
+		if !r {
+			regs[i] = nodeReg{pos: "0", queued: "0", refresh: "0"}
+			continue
+		}
+		regs[i] = nodeReg{member: ks.member, pos: ks.pos[i], queued: "0", refresh: "0"}
+		if ks.queued[i] {
+			regs[i].queued = "1"
+		}
+		if ks.regAt[i].IsZero() || time.Since(ks.regAt[i]) > waiterLease/3 {
+			regs[i].refresh = "1"
 		}
 	}
-	return ks.id, append([]string(nil), ks.pos...), reg
+	return regs
 }
 
-func (ks *keyState) setPosition(node int, pos string) {
+// registered records a failed attempt's answer from node i.
+func (ks *keyState) registered(i int, reg nodeReg, pos string) {
+	if reg.member == "" || pos == "" || pos == "0" {
+		return
+	}
 	ks.mu.Lock()
-	ks.pos[node] = pos
-	ks.mu.Unlock()
+	defer ks.mu.Unlock()
+	if reg.member != ks.member {
+		return // rotated meanwhile
+	}
+	ks.pos[i], ks.queued[i] = pos, true
+	if reg.refresh == "1" || reg.pos == "0" {
+		ks.regAt[i] = time.Now()
+	}
 }
 
 // acquired records that this process's waiter took the lock: the nodes that
-// granted it dropped the registration. It returns the id and the nodes that
-// may still hold a registration (nodes that refused, on a quorum), which the
-// caller removes.
+// granted it dropped the registration. It returns the member and the nodes
+// that may still hold a registration (nodes that refused, on a quorum),
+// which the caller removes; the waiter then gets a new member, so that the
+// removal cannot hit a later registration.
 func (ks *keyState) acquired(granted []int) (string, []int) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for _, i := range granted {
 		ks.queued[i] = false
 	}
-	var stale []int
+	member := ks.member
+	stale := ks.queuedNodes()
+	ks.reset(len(stale) > 0)
+	return member, stale
+}
+
+// queuedNodes lists the nodes where the member may be registered; ks.mu is held.
+func (ks *keyState) queuedNodes() []int {
+	var nodes []int
 	for i, q := range ks.queued {
 		if q {
-			stale = append(stale, i)
+			nodes = append(nodes, i)
 		}
 	}
-	id := ks.id
-	if len(stale) > 0 {
-		ks.rotate()
+	return nodes
+}
+
+// reset forgets the registration, and gives the waiter a new member if
+// rotate is set; ks.mu is held.
+func (ks *keyState) reset(rotate bool) {
+	if rotate {
+		ks.member = ks.l.waiterMember(ks.key)
 	}
 	for i := range ks.pos {
-		ks.pos[i] = "0"
+		ks.pos[i], ks.queued[i], ks.regAt[i] = "0", false, time.Time{}
 	}
-	return id, stale
-}
-
-// rotate gives the process a new waiter id; ks.mu is held.
-func (ks *keyState) rotate() {
-	ks.id = newToken()
-	for i := range ks.pos {
-		ks.pos[i] = "0"
-		ks.queued[i] = false
-	}
-}
-
-// notify handles a message on the key's release channel: "*" wakes every
-// waiter (a forced release), "ID" or "ID NEXT" wakes waiter ID and makes NEXT
-// stand in for it after a delay, and "+ID" says that ID took the lock.
-func (ks *keyState) notify(payload string) {
-	if payload == "*" {
-		ks.signal()
-		return
-	}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if taken, ok := strings.CutPrefix(payload, "+"); ok {
-		if taken == ks.backupFor {
-			ks.standDown()
-		}
-		return
-	}
-	woken, next, _ := strings.Cut(payload, " ")
-	switch ks.id {
-	case woken:
-		ks.standDown()
-		ks.signal()
-	case next:
-		ks.standDown()
-		ks.backupFor = woken
-		ks.backup = time.AfterFunc(ks.l.standIn(), ks.signal)
-	}
-}
-
-// standDown cancels standing in; ks.mu is held.
-func (ks *keyState) standDown() {
-	if ks.backup != nil {
-		ks.backup.Stop()
-		ks.backup = nil
-	}
-	ks.backupFor = ""
+	ks.stopStandIn()
 }
 
 func (ks *keyState) signal() {
@@ -211,78 +176,33 @@ func (ks *keyState) signal() {
 	}
 }
 
-func (ks *keyState) hasSubscription() bool {
+// woken handles a release that woke this waiter: the release popped the
+// registration, so it is written again if the attempt fails.
+func (ks *keyState) woken() {
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	for _, r := range ks.requested {
-		if r {
-			return true
-		}
-	}
-	return false
-}
-
-func (ks *keyState) subscribedAll() bool {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	for _, c := range ks.confirmed {
-		if !c {
-			return false
-		}
-	}
-	return true
-}
-
-// subscribe requests the key's release channel on every node not yet
-// subscribed and waits up to timeout for the confirmations. It reports
-// whether any node newly confirmed, i.e. whether an immediate new attempt
-// can now register where it could not before.
-func (ks *keyState) subscribe(ctx context.Context, timeout time.Duration) bool {
-	ks.mu.Lock()
-	pending := 0
-	for i := range ks.requested {
-		if !ks.confirmed[i] {
-			pending++
-		}
-		if !ks.requested[i] {
-			ks.requested[i] = true
-			ks.l.subs[i].subscribe(ks)
-		}
+	ks.stopStandIn()
+	for i := range ks.regAt {
+		ks.regAt[i] = time.Time{}
 	}
 	ks.mu.Unlock()
-	if pending == 0 {
-		return false
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	got := 0
-	for got < pending {
-		select {
-		case <-ks.ready:
-			got++
-		case <-t.C:
-			return got > 0
-		case <-ctx.Done():
-			return got > 0
-		case <-ks.l.done:
-			return false
-		}
-	}
-	return true
+	ks.signal()
 }
 
-// confirm records the server's confirmation of the subscription on node i.
-// A confirmation after the first one follows a reconnection, during which a
-// release may have been missed: the waiter then tries again.
-func (ks *keyState) confirm(i int) {
+// standInFor makes this waiter attempt shortly unless it is woken first: it
+// is next in line after a woken waiter that may have died.
+func (ks *keyState) standInFor() {
 	ks.mu.Lock()
-	first := !ks.confirmed[i]
-	ks.confirmed[i] = true
-	ks.mu.Unlock()
-	if first {
-		ks.ready <- struct{}{} // buffered: one slot per node
-	} else {
-		ks.signal()
+	defer ks.mu.Unlock()
+	if ks.standIn == nil {
+		ks.standIn = time.AfterFunc(ks.l.standIn(), ks.signal)
+	}
+}
+
+// stopStandIn cancels standing in; ks.mu is held.
+func (ks *keyState) stopStandIn() {
+	if ks.standIn != nil {
+		ks.standIn.Stop()
+		ks.standIn = nil
 	}
 }
 
@@ -298,25 +218,17 @@ func (l *Locker) leaveQueue(ks *keyState) {
 		return
 	}
 	ks.mu.Lock()
-	id := ks.id
-	var nodes []int
-	for i, q := range ks.queued {
-		if q {
-			nodes = append(nodes, i)
-		}
-	}
-	if len(nodes) > 0 {
-		ks.rotate()
-	}
+	member, nodes := ks.member, ks.queuedNodes()
+	ks.reset(len(nodes) > 0)
 	ks.mu.Unlock()
 	if len(nodes) > 0 {
-		l.leaveNodes(ks.names, id, nodes)
+		l.leaveNodes(ks.names, member, nodes)
 	}
 }
 
-// leaveNodes removes waiter id from the waiting sets of the given nodes, in
+// leaveNodes removes a waiter from the waiting sets of the given nodes, in
 // the background, handing on a reservation made for it.
-func (l *Locker) leaveNodes(nm *names, id string, nodes []int) {
+func (l *Locker) leaveNodes(nm *names, member string, nodes []int) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), maxNodeTimeout)
 		defer cancel()
@@ -326,7 +238,7 @@ func (l *Locker) leaveNodes(nm *names, id string, nodes []int) {
 			go func() {
 				defer wg.Done()
 				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					return l.runRelease(ctx, i, nm, "~"+id, id, true)
+					return l.runRelease(ctx, i, nm, "~"+member, member, true)
 				})
 			}()
 		}
@@ -334,83 +246,142 @@ func (l *Locker) leaveNodes(nm *names, id string, nodes []int) {
 	})
 }
 
-// subscriber is a Locker's one pub/sub connection to one node, shared by all
-// keys. Subscribe and unsubscribe requests are written in order by one
-// goroutine; another reads confirmations and release notifications.
+// deliver routes a message from the Locker's inbox: "w MEMBER" wakes the
+// waiter, "s MEMBER" makes it stand in for the waiter just woken.
+func (l *Locker) deliver(payload string) {
+	kind, member, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
+	rest, ok := strings.CutPrefix(member, l.id+":")
+	if !ok {
+		return
+	}
+	_, key, ok := strings.Cut(rest, ":")
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	ks := l.keys[key]
+	l.mu.Unlock()
+	if ks == nil {
+		return
+	}
+	ks.mu.Lock()
+	current := ks.member == member
+	ks.mu.Unlock()
+	if !current {
+		return
+	}
+	switch kind {
+	case "w":
+		ks.woken()
+	case "s":
+		ks.standInFor()
+	}
+}
+
+// wakeAll makes every waiting goroutine's head try again: after the inbox
+// subscription came back, a release may have gone unheard.
+func (l *Locker) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ks := range l.keys {
+		ks.signal()
+	}
+}
+
+// inboxReady reports, per node, whether the Locker's inbox subscription is
+// confirmed there.
+func (l *Locker) inboxReady() []bool {
+	ready := make([]bool, len(l.subs))
+	for i, s := range l.subs {
+		ready[i] = s.isReadyNow()
+	}
+	return ready
+}
+
+// subscribe subscribes the Locker's inbox on every node where it is not yet,
+// and waits up to timeout for the confirmations. It reports whether any node
+// newly confirmed, i.e. whether an immediate new attempt can register where
+// the last one could not.
+func (l *Locker) subscribe(ctx context.Context, timeout time.Duration) bool {
+	var pending []<-chan struct{}
+	for _, s := range l.subs {
+		if ch := s.start(); ch != nil {
+			pending = append(pending, ch)
+		}
+	}
+	if len(pending) == 0 {
+		return false
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	got := 0
+	for _, ch := range pending {
+		select {
+		case <-ch:
+			got++
+		case <-t.C:
+			return got > 0
+		case <-ctx.Done():
+			return got > 0
+		case <-l.done:
+			return false
+		}
+	}
+	return true
+}
+
+// subscriber is a Locker's one pub/sub connection to one node, subscribed to
+// the Locker's inbox channel from the first time the Locker has to wait
+// until Close.
 type subscriber struct {
 	l    *Locker
 	node int
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	chans  map[string]*keyState
-	cmds   chan subCmd
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	ready   chan struct{} // closed on the first confirmation
+	isReady bool
+	closed  bool
+	wg      sync.WaitGroup
 }
 
-type subCmd struct {
-	channel   string
-	subscribe bool
-}
-
-// subscribe requests ks's channel; the confirmation arrives through the
-// receive loop.
-func (s *subscriber) subscribe(ks *keyState) {
+// start subscribes if that has not been done, and returns a channel closed
+// once the subscription is confirmed, or nil if it already is (or the
+// Locker is closed).
+func (s *subscriber) start() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return
+	if s.closed || s.isReady {
+		return nil
 	}
 	if s.ps == nil {
-		s.start()
+		s.ready = make(chan struct{})
+		s.ps = s.l.nodes[s.node].Client.Subscribe(context.Background())
+		s.wg.Add(1)
+		go s.loop(s.ps)
 	}
-	s.chans[ks.names.channel] = ks
-	s.cmds <- subCmd{channel: ks.names.channel, subscribe: true}
+	return s.ready
 }
 
-func (s *subscriber) unsubscribe(ks *keyState) {
+func (s *subscriber) isReadyNow() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.ps == nil || s.chans[ks.names.channel] != ks {
-		return
-	}
-	delete(s.chans, ks.names.channel)
-	s.cmds <- subCmd{channel: ks.names.channel}
+	return s.isReady
 }
 
-// start opens the connection; s.mu is held.
-func (s *subscriber) start() {
-	s.ps = s.l.nodes[s.node].Client.Subscribe(context.Background())
-	s.chans = make(map[string]*keyState)
-	// Requests are small and quick to write; the buffer only absorbs bursts.
-	s.cmds = make(chan subCmd, 1024)
-	s.wg.Add(2)
-	go s.writeLoop(s.ps, s.cmds)
-	go s.readLoop(s.ps)
-}
-
-func (s *subscriber) writeLoop(ps *redis.PubSub, cmds <-chan subCmd) {
+func (s *subscriber) loop(ps *redis.PubSub) {
 	defer s.wg.Done()
-	for c := range cmds {
-		// go-redis records the channel even if the write fails, and
-		// subscribes again when the read loop reconnects.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if c.subscribe {
-			_ = ps.Subscribe(ctx, c.channel)
-		} else {
-			_ = ps.Unsubscribe(ctx, c.channel)
-		}
-		cancel()
-	}
-}
-
-func (s *subscriber) readLoop(ps *redis.PubSub) {
-	defer s.wg.Done()
-	ctx := context.Background()
+	// go-redis records the channel even if this write fails, and subscribes
+	// again whenever Receive reconnects.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = ps.Subscribe(ctx, s.l.inbox)
+	cancel()
 	failures := 0
 	for {
-		msg, err := ps.Receive(ctx)
+		msg, err := ps.Receive(context.Background())
 		if err != nil {
 			if s.isClosed() || errors.Is(err, redis.ErrClosed) {
 				return
@@ -429,22 +400,28 @@ func (s *subscriber) readLoop(ps *redis.PubSub) {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				if ks := s.lookup(m.Channel); ks != nil {
-					ks.confirm(s.node)
-				}
+				s.confirmed()
 			}
 		case *redis.Message:
-			if ks := s.lookup(m.Channel); ks != nil {
-				ks.notify(m.Payload)
-			}
+			s.l.deliver(m.Payload)
 		}
 	}
 }
 
-func (s *subscriber) lookup(channel string) *keyState {
+// confirmed records a subscription confirmation. One after the first follows
+// a reconnection, during which a release may have gone unheard: every waiter
+// then tries again.
+func (s *subscriber) confirmed() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.chans[channel]
+	first := !s.isReady
+	if first {
+		s.isReady = true
+		close(s.ready)
+	}
+	s.mu.Unlock()
+	if !first {
+		s.l.wakeAll()
+	}
 }
 
 func (s *subscriber) isClosed() bool {
@@ -461,9 +438,6 @@ func (s *subscriber) close() error {
 	}
 	s.closed = true
 	ps := s.ps
-	if s.cmds != nil {
-		close(s.cmds)
-	}
 	s.mu.Unlock()
 	var err error
 	if ps != nil {

@@ -2,14 +2,17 @@
 --
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] fence counter  prefix{K}:fence   (never expires)
--- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter id -> queue position)
--- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter id -> lease end, server ms)
+-- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
+-- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
--- ARGV[3] waiter id      "" to acquire without joining the waiting set
+-- ARGV[3] waiter         "" to acquire without joining the waiting set, else
+--                        "LOCKERID:SEQ:KEY" (see release.lua for its use)
 -- ARGV[4] waiter lease   ms a registration lives without being refreshed
 -- ARGV[5] position       the waiter's queue position from an earlier reply, "0" for new
--- ARGV[6] channel        the key's release channel, prefix{K}:released
+-- ARGV[6] queued         "1" if the waiter may sit in the waiting set (remove it on success)
+-- ARGV[7] refresh        "1" to write the registration on failure even if
+--                        ARGV[5] is known (it was popped, or its lease is old)
 --
 -- Returns {1, fence} on success. The fence is INCR of the counter; when the
 -- lock already holds ARGV[1] (a retried command whose first reply was lost) the
@@ -17,12 +20,10 @@
 -- Returns {0, pttl, position} on failure: pttl is the holder's remaining TTL in
 -- ms (-1 when the key has no expiry, -3 when it is reserved for a woken
 -- waiter, so the wait should not be timed by it); position is the caller's
--- queue position when it registered as a waiter, else 0.
+-- queue position when it is registered as a waiter, else 0.
 --
--- A value "~ID" is a reservation made by release.lua for waiter ID: only that
--- waiter may take the lock until the reservation's short TTL runs out. When a
--- woken waiter takes the lock, "+ID" is published, so that the waiter
--- standing in for it (see release.lua) stands down.
+-- A value "~WAITER" is a reservation made by release.lua: only that waiter
+-- may take the lock until the reservation's short TTL runs out.
 local v = redis.call('GET', KEYS[1])
 local waiter = ARGV[3]
 if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
@@ -33,14 +34,9 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
   else
     fence = redis.call('INCR', KEYS[2])
   end
-  if waiter ~= '' then
-    local queued = redis.call('ZREM', KEYS[3], waiter)
+  if ARGV[6] == '1' then
+    redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
-    if queued == 0 then
-      -- Not in the queue: a release popped it (or it had not registered
-      -- here yet). Tell the waiter standing in for it that it came.
-      redis.call('PUBLISH', ARGV[6], '+' .. waiter)
-    end
   end
   return {1, fence}
 end
@@ -51,10 +47,9 @@ if string.sub(v, 1, 1) == '~' then
 else
   pttl = redis.call('PTTL', KEYS[1])
 end
-local pos = '0'
-if waiter ~= '' then
+local pos = ARGV[5]
+if waiter ~= '' and (pos == '0' or ARGV[7] == '1') then
   local t = redis.call('TIME')
-  pos = ARGV[5]
   if pos == '0' then
     -- Queue position: server time in microseconds at first registration.
     pos = t[1] .. string.format('%06d', tonumber(t[2]))

@@ -3,10 +3,10 @@
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] waiting set    prefix{K}:waiters
 -- KEYS[3] waiter leases  prefix{K}:wexp
--- ARGV[1] expected       the owner token, or "~ID" to give up reservation ID
--- ARGV[2] channel        the key's release channel, prefix{K}:released
+-- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
+-- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
--- ARGV[4] leaving id     "" or a waiter id to remove from the waiting set first
+-- ARGV[4] leaving        "" or a waiter to remove from the waiting set first
 -- ARGV[5] wake           "1" to wake the next waiter, "0" not to (the clean-up
 --                        of a failed quorum attempt: the waiters were woken by
 --                        the release that freed the lock, and waking more for a
@@ -16,13 +16,13 @@
 --
 -- The next waiter is the live registration with the lowest queue position;
 -- registrations whose lease ran out (their process died) are dropped on the
--- way. It is removed from the set and "ID" or "ID NEXT" is published on the
--- channel: ID is woken, and NEXT, the waiter after it, stands in if ID has
--- not taken the lock shortly (ID may have died without leaving the queue).
--- Exactly one waiting process attempts per release. With ARGV[3] > 0 the lock
--- is not deleted but set to "~ID" for ARGV[3] ms, so a newcomer cannot barge
--- in ahead of the woken waiter; if that waiter is gone, the reservation
--- expires and NEXT takes the lock.
+-- way. It is removed from the set and told "w WAITER" on its process's
+-- inbox channel, so exactly one waiting process hears of the release and
+-- attempts. The waiter after it is told "s WAITER": it stands in, attempting
+-- after a short delay unless it is woken first, in case the woken one died
+-- without leaving the queue. With ARGV[3] > 0 the lock is not deleted but set
+-- to "~WAITER" for ARGV[3] ms, so a newcomer cannot barge in ahead of the
+-- woken waiter; if that waiter is gone, the reservation expires.
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], ARGV[4])
@@ -58,11 +58,13 @@ else
   redis.call('DEL', KEYS[1])
 end
 if nxt then
+  local function inbox(w)
+    return ARGV[2] .. string.match(w, '^[^:]*')
+  end
+  redis.call('PUBLISH', inbox(nxt), 'w ' .. nxt)
   local after = redis.call('ZRANGE', KEYS[2], 0, 0)
   if after[1] then
-    redis.call('PUBLISH', ARGV[2], nxt .. ' ' .. after[1])
-  else
-    redis.call('PUBLISH', ARGV[2], nxt)
+    redis.call('PUBLISH', inbox(after[1]), 's ' .. after[1])
   end
 end
 return 1
