@@ -326,6 +326,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			// jitter so that waiting processes do not all arrive at once.
 			wait = p + time.Duration(mrand.Int64N(int64(p/10+time.Millisecond)))
 		}
+		if res.notWaited > 0 {
+			// The round did not wait for nodes that recently did not
+			// answer; try again as soon as a round that waited for them
+			// would have ended, in case they are back.
+			wait = min(wait, l.nodeTimeout(cfg.ttl))
+		}
 		if res.granted > 0 && splits < maxSplitRetries {
 			// Some nodes of a quorum granted the lock but not enough: it
 			// was free, or changing hands, and contenders split the
@@ -449,6 +455,9 @@ type attemptResult struct {
 	reserved bool
 	nodeErrs []error
 	late     bool // quorum reached but no validity left, or the fence raise failed
+	// notWaited counts suspect nodes the round decided without: their
+	// answers, arriving after it, may show they are back.
+	notWaited int
 	quorum   int
 	nodes    int
 }
@@ -560,6 +569,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	for _, m := range missing {
 		res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err})
+		if errors.Is(m.Err, quorum.ErrNotWaited) {
+			res.notWaited++
+		}
 	}
 
 	if res.granted >= l.quorum {
