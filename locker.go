@@ -148,6 +148,9 @@ func (l *Locker) Close() error {
 		errs = append(errs, s.close())
 	}
 	l.wg.Wait()
+	for _, n := range l.nodes {
+		n.Close()
+	}
 	return errors.Join(errs...)
 }
 

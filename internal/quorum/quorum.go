@@ -14,6 +14,7 @@ package quorum
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,47 @@ type Node struct {
 	// rounds do not wait for the node to decide (it still gets every
 	// command, and an answer in time still counts).
 	suspectUntil atomic.Int64
+
+	jobs      chan func()
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+// workerIdle is how long a worker goroutine waits for another call before
+// it exits.
+const workerIdle = 10 * time.Second
+
+// run runs f on one of the node's worker goroutines: an idle one if there is
+// one, else a new one. Reusing workers saves a goroutine start and the
+// growth of a fresh stack to go-redis' depth on every call.
+func (n *Node) run(f func()) {
+	select {
+	case n.jobs <- f:
+	default:
+		go n.worker(f)
+	}
+}
+
+func (n *Node) worker(f func()) {
+	f()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case f := <-n.jobs:
+			f()
+			idle.Reset(workerIdle)
+		case <-idle.C:
+			return
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// Close makes the node's idle workers exit; busy ones exit after their call.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() { close(n.stop) })
 }
 
 // suspectFor is how long a node that did not answer in time is not waited
@@ -52,7 +94,7 @@ func (n *Node) answered(err error) {
 // NewNode describes client, deriving its address and whether it applies
 // context deadlines from its options.
 func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
-	n := &Node{Client: client, Addr: fallbackAddr}
+	n := &Node{Client: client, Addr: fallbackAddr, jobs: make(chan func()), stop: make(chan struct{})}
 	switch c := client.(type) {
 	case *redis.Client:
 		o := c.Options()
@@ -100,10 +142,10 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 		err error
 	}
 	ch := make(chan res, 1)
-	go func() {
+	n.run(func() {
 		v, err := fn(ctx)
 		ch <- res{v, err}
-	}()
+	})
 	select {
 	case r := <-ch:
 		cancel()
@@ -182,11 +224,11 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspects++
 			suspectBefore[i] = true
 		}
-		go func(i int) {
+		n.run(func() {
 			v, err := fn(ctx, i)
 			nodes[i].answered(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}
-		}(i)
+		})
 	}
 	results := make([]Result[T], 0, len(nodes))
 	decided := done(results, suspects)
