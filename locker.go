@@ -461,8 +461,8 @@ type attemptResult struct {
 	// notWaited counts suspect nodes the round decided without: their
 	// answers, arriving after it, may show they are back.
 	notWaited int
-	quorum   int
-	nodes    int
+	quorum    int
+	nodes     int
 }
 
 func (r attemptResult) err(key string, ctx context.Context) error {
