@@ -34,6 +34,7 @@ type Lock struct {
 	lost        bool // ownership ended while held
 	released    bool
 	releaseErr  error
+	deletedOn   []bool // per node: Release's call deleted the key there
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
 	onLostFns   []func()
@@ -357,10 +358,14 @@ func (k *Lock) onLost(f func()) {
 	k.mu.Unlock()
 }
 
-func (k *Lock) isReleased() bool {
+// needsLateRelease reports whether an acquisition that node i confirmed
+// after the round must be released there: yes once the lock was released,
+// unless Release's own call to that node deleted the key (then the late
+// acquisition ran before it).
+func (k *Lock) needsLateRelease(i int) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.released
+	return k.released && !(i < len(k.deletedOn) && k.deletedOn[i])
 }
 
 func (k *Lock) wasLost() bool {
@@ -429,6 +434,14 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	k.mu.Lock()
 	k.releaseErr = err
+	if k.deletedOn == nil {
+		k.deletedOn = make([]bool, n)
+	}
+	for _, r := range results {
+		if r.Err == nil && r.Val == 1 {
+			k.deletedOn[r.Node] = true
+		}
+	}
 	k.mu.Unlock()
 	return err
 }

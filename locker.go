@@ -514,7 +514,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	var k *Lock
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
-		if (r.Err != nil || r.Val.ok) && (k == nil || k.isReleased()) {
+		if (r.Err != nil || r.Val.ok) && (k == nil || k.needsLateRelease(r.Node)) {
 			l.releaseNodes(nm, token, []int{r.Node}, cfg.ttl)
 		}
 	}
