@@ -190,12 +190,17 @@ type names struct {
 }
 
 func (l *Locker) names(key string) *names {
+	// One string holds all four names, which are slices of it: a lock's
+	// names cost one allocation, not four.
 	lock := l.cfg.prefix + "{" + key + "}"
+	all := lock + ":fence" + lock + ":waiters" + lock + ":wexp"
+	w := len(lock) + len(":fence")       // where the waiters' name starts
+	e := w + len(lock) + len(":waiters") // where the leases' name starts
 	n := &names{
-		lock:    lock,
-		fence:   lock + ":fence",
-		waiters: lock + ":waiters",
-		leases:  lock + ":wexp",
+		lock:    all[:len(lock)],
+		fence:   all[:w],
+		waiters: all[w:e],
+		leases:  all[e:],
 	}
 	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases}
 	n.releaseKeys = []string{n.lock, n.waiters, n.leases}
