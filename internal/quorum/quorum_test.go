@@ -1,0 +1,123 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func nodes(t *testing.T, n int) []*Node {
+	ns := make([]*Node, n)
+	for i := range ns {
+		ns[i] = NewNode(nil, "node")
+		t.Cleanup(ns[i].Close)
+	}
+	return ns
+}
+
+func okCount(rs []Result[int]) (ok, bad int) {
+	for _, r := range rs {
+		if r.Err == nil && r.Val == 1 {
+			ok++
+		} else {
+			bad++
+		}
+	}
+	return ok, bad
+}
+
+// TestFanoutDecidesEarly: a quorum of answers decides the round without
+// waiting for a node that never answers, and the late answer is handed on.
+func TestFanoutDecidesEarly(t *testing.T) {
+	ns := nodes(t, 3)
+	release := make(chan struct{})
+	late := make(chan Result[int], 1)
+	start := time.Now()
+	rs, missing := Fanout(context.Background(), ns, time.Minute,
+		func(ctx context.Context, i int) (int, error) {
+			if i == 2 {
+				<-release
+			}
+			return 1, nil
+		},
+		func(rs []Result[int], suspects int) bool { ok, _ := okCount(rs); return ok >= 2 },
+		func(r Result[int]) { late <- r })
+	if len(rs) != 2 || len(missing) != 0 {
+		t.Fatalf("results %v, missing %v", rs, missing)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatal("waited for the slow node")
+	}
+	close(release)
+	if r := <-late; r.Node != 2 || r.Val != 1 {
+		t.Errorf("late result %+v", r)
+	}
+}
+
+// TestFanoutTimeoutMakesSuspect: a node that leaves a round unanswered is
+// reported missing and is suspect in the next round, which decides without
+// waiting for it; its next successful answer clears the suspicion.
+func TestFanoutTimeoutMakesSuspect(t *testing.T) {
+	ns := nodes(t, 3)
+	block := make(chan struct{})
+	defer close(block)
+	fn := func(ctx context.Context, i int) (int, error) {
+		if i == 0 {
+			return 0, nil // refuses
+		}
+		if i == 2 {
+			select {
+			case <-block:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		return 1, nil
+	}
+	done := func(rs []Result[int], suspects int) bool {
+		ok, bad := okCount(rs)
+		return ok >= 2 || bad+suspects > 1
+	}
+	_, missing := Fanout(context.Background(), ns, 50*time.Millisecond, fn, done, nil)
+	if len(missing) != 1 || missing[0].Node != 2 || !errors.Is(missing[0].Err, context.DeadlineExceeded) {
+		t.Fatalf("missing = %+v, want node 2 timed out", missing)
+	}
+	if !ns[2].Suspect() {
+		t.Fatal("node 2 not suspect after timing out")
+	}
+	start := time.Now()
+	_, missing = Fanout(context.Background(), ns, time.Minute, fn, done, nil)
+	if time.Since(start) > 10*time.Second {
+		t.Fatal("the second round waited for the suspect node")
+	}
+	if len(missing) != 1 || !errors.Is(missing[0].Err, ErrNotWaited) {
+		t.Fatalf("missing = %+v, want node 2 not waited for", missing)
+	}
+	ns[2].answered(nil)
+	if ns[2].Suspect() {
+		t.Error("a successful answer did not clear the suspicion")
+	}
+}
+
+// TestCallBounded: a call that does not return is abandoned at the timeout,
+// and its result goes to late.
+func TestCallBounded(t *testing.T) {
+	n := nodes(t, 1)[0]
+	release := make(chan struct{})
+	late := make(chan int, 1)
+	_, err, answered := Call(context.Background(), n, 20*time.Millisecond,
+		func(ctx context.Context) (int, error) { <-release; return 7, nil },
+		func(v int, err error) { late <- v })
+	if answered || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("answered %v, err %v", answered, err)
+	}
+	close(release)
+	if v := <-late; v != 7 {
+		t.Errorf("late value %d", v)
+	}
+}
