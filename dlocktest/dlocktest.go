@@ -180,7 +180,7 @@ func (s *Server) start(bin string) error {
 	}
 	// Own process group, so that a Ctrl-C aimed at the test does not reach the
 	// servers before the test has cleaned them up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("dlocktest: start %s: %w", bin, err)
 	}

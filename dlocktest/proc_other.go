@@ -1,0 +1,12 @@
+//go:build unix && !linux
+
+package dlocktest
+
+import "syscall"
+
+// procAttr puts a server in its own process group. Without Linux's
+// parent-death signal, a server outlives a test process that is killed
+// before its Cleanup runs.
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
