@@ -11,30 +11,37 @@ import (
 )
 
 // BenchmarkAcquireRelease measures one uncontended Acquire+Release on one
-// Redis and on a five-node Redlock: run with -benchmem for allocs/op and B/op
-// (bench/ compares them with the peers).
+// Redis and on a five-node Redlock, with default go-redis clients and with
+// clients built with ContextTimeoutEnabled (-ctx): run with -benchmem for
+// allocs/op and B/op (bench/ compares them with the peers).
 func BenchmarkAcquireRelease(b *testing.B) {
-	b.Run("single", func(b *testing.B) {
-		c := redis.NewClient(&redis.Options{Addr: redisAddr})
-		defer c.Close()
-		l := dlock.New(c)
-		defer l.Close()
-		benchAcquireRelease(b, l)
-	})
-	b.Run("redlock5", func(b *testing.B) {
-		var clients []redis.UniversalClient
-		for _, a := range redlockAddrs {
-			c := redis.NewClient(&redis.Options{Addr: a})
+	for _, ctxTimeout := range []bool{false, true} {
+		suffix := ""
+		if ctxTimeout {
+			suffix = "-ctx"
+		}
+		b.Run("single"+suffix, func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: ctxTimeout})
 			defer c.Close()
-			clients = append(clients, c)
-		}
-		l, err := dlock.NewRedlock(clients)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		benchAcquireRelease(b, l)
-	})
+			l := dlock.New(c)
+			defer l.Close()
+			benchAcquireRelease(b, l)
+		})
+		b.Run("redlock5"+suffix, func(b *testing.B) {
+			var clients []redis.UniversalClient
+			for _, a := range redlockAddrs {
+				c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: ctxTimeout})
+				defer c.Close()
+				clients = append(clients, c)
+			}
+			l, err := dlock.NewRedlock(clients)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			benchAcquireRelease(b, l)
+		})
+	}
 }
 
 func benchAcquireRelease(b *testing.B, l *dlock.Locker) {

@@ -35,6 +35,8 @@ type Library struct {
 	// GoRedis is true for libraries built on go-redis (the uncontended
 	// target compares dlock with the fastest of those).
 	GoRedis bool
+	// Dlock is true for dlock's own configurations (never a peer).
+	Dlock bool
 	// Note says how the library is configured, for the report.
 	Note string
 	// New starts a Process on the given nodes (one address: a single Redis;
@@ -79,15 +81,22 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // goRedisClient returns a go-redis client with default settings whose
 // commands are counted in sent.
 func goRedisClient(addr string, sent *Counter) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	return newGoRedisClient(&redis.Options{Addr: addr}, sent)
+}
+
+// newGoRedisClient returns a go-redis client built with o whose commands are
+// counted in sent.
+func newGoRedisClient(o *redis.Options, sent *Counter) *redis.Client {
+	c := redis.NewClient(o)
 	c.AddHook(countHook{sent})
 	return c
 }
 
-// Libraries returns the libraries compared on one Redis, dlock first.
+// Libraries returns the libraries compared on one Redis, dlock's
+// configurations first.
 func Libraries() []Library {
 	return []Library{
-		DlockLibrary(),
+		DlockLibrary(false), DlockLibrary(true),
 		RedsyncLibrary(false), RedsyncLibrary(true),
 		RedislockLibrary(false), RedislockLibrary(true),
 		RueidislockLibrary(),

@@ -32,6 +32,7 @@ type Report struct {
 	Uncontended64  [][]UncontendedResult
 	Contended      []ContendedConfig
 	Idle           [][]IdleResult
+	IdleLong       []IdleResult // dlock's configurations only, one run each
 	RedlockHealthy [][]LatencyResult
 	RedlockFaulty  []LatencyResult
 	FaultNote      string
@@ -150,20 +151,22 @@ func (t table) String() string {
 	return b.String()
 }
 
-// Target is one performance target and its verdict.
+// Target is one performance target and its verdict for one of dlock's
+// configurations.
 type Target struct {
 	Name     string
+	Lib      string // dlock, dlock-ctx
 	Measured string
 	Met      bool
 }
 
-// bestPeer returns the peer (not dlock) with the highest median f among
-// those that pass ok, and its per-repetition values.
+// bestPeer returns the peer (not one of dlock's configurations) with the
+// highest median f among those that pass ok, and its per-repetition values.
 func bestPeer[T any](runs [][]T, name func(T) string, libs []Library, f func(T) float64, ok func(Library) bool) (string, []float64) {
 	best, bestV := "", math.Inf(-1)
 	var bestVals []float64
 	for _, l := range libs {
-		if l.Name == "dlock" || !ok(l) {
+		if l.Dlock || !ok(l) {
 			continue
 		}
 		v := pick(runs, name, l.Name, f)
@@ -174,9 +177,31 @@ func bestPeer[T any](runs [][]T, name func(T) string, libs []Library, f func(T) 
 	return best, bestVals
 }
 
-// Targets evaluates the targets on the runs.
+// DlockLibs names dlock's configurations in the report.
+func (r *Report) DlockLibs() []string {
+	var out []string
+	for _, l := range r.Libraries {
+		if l.Dlock {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// Targets evaluates the targets on the runs, for each of dlock's
+// configurations.
 func (r *Report) Targets() []Target {
 	var ts []Target
+	for _, d := range r.DlockLibs() {
+		ts = append(ts, r.targets(d)...)
+	}
+	return ts
+}
+
+// targets evaluates the targets for the dlock configuration d.
+func (r *Report) targets(d string) []Target {
+	var ts []Target
+	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
 	all := func(Library) bool { return true }
 	goRedis := func(l Library) bool { return l.GoRedis }
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
@@ -188,18 +213,18 @@ func (r *Report) Targets() []Target {
 		if !atLeast {
 			met = m <= limit
 		}
-		ts = append(ts, Target{name, fmt.Sprintf("%.2f× %s (per repetition: %s)", m, peer, fmtRatios(rs)), met})
+		add(name, fmt.Sprintf("%.2f× %s (per repetition: %s)", m, peer, fmtRatios(rs)), met)
 	}
 
 	if len(r.Uncontended1) > 0 {
 		peer, theirs := bestPeer(r.Uncontended1, uname, r.Libraries, ops, goRedis)
 		ratioTarget("Uncontended, 1 goroutine: ops/s ≥ 0.95× the fastest go-redis peer",
-			pick(r.Uncontended1, uname, "dlock", ops), theirs, peer, 0.95, true)
+			pick(r.Uncontended1, uname, d, ops), theirs, peer, 0.95, true)
 	}
 	if len(r.Uncontended64) > 0 {
 		peer, theirs := bestPeer(r.Uncontended64, uname, r.Libraries, ops, goRedis)
 		ratioTarget("Uncontended, 64 goroutines: ops/s ≥ 1.0× the fastest go-redis peer",
-			pick(r.Uncontended64, uname, "dlock", ops), theirs, peer, 1.0, true)
+			pick(r.Uncontended64, uname, d, ops), theirs, peer, 1.0, true)
 	}
 	for _, c := range r.Contended {
 		if c.Workers == 32 && c.Hold == 200*time.Microsecond {
@@ -208,24 +233,24 @@ func (r *Report) Targets() []Target {
 			fairEnough := func(l Library) bool { return median(pick(c.Runs, cname, l.Name, fair)) >= 0.3 }
 			peer, theirs := bestPeer(c.Runs, cname, r.Libraries, acq, fairEnough)
 			if peer == "" {
-				ts = append(ts, Target{"Contended W=32, 200µs: acquisitions/s ≥ 1.3× the best peer with fairness ≥ 0.3", "no peer reached fairness 0.3", true})
+				add("Contended W=32, 200µs: acquisitions/s ≥ 1.3× the best peer with fairness ≥ 0.3", "no peer reached fairness 0.3", true)
 			} else {
 				ratioTarget("Contended W=32, 200µs: acquisitions/s ≥ 1.3× the best peer with fairness ≥ 0.3",
-					pick(c.Runs, cname, "dlock", acq), theirs, peer, 1.3, true)
+					pick(c.Runs, cname, d, acq), theirs, peer, 1.3, true)
 			}
-			f := pick(c.Runs, cname, "dlock", fair)
-			ts = append(ts, Target{"Contended W=32, 200µs: dlock fairness min/max ≥ 0.5",
-				fmt.Sprintf("%.2f (per repetition: %s)", median(f), fmtRatios(f)), median(f) >= 0.5})
-			rt := pick(c.Runs, cname, "dlock", func(x ContendedResult) float64 { return x.RoundTrips })
-			ts = append(ts, Target{"Contended W=32, 200µs: round trips per acquisition ≤ 3",
-				fmt.Sprintf("%.2f (per repetition: %s)", median(rt), fmtRatios(rt)), median(rt) <= 3})
+			f := pick(c.Runs, cname, d, fair)
+			add("Contended W=32, 200µs: own fairness min/max ≥ 0.5",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(f), fmtRatios(f)), median(f) >= 0.5)
+			rt := pick(c.Runs, cname, d, func(x ContendedResult) float64 { return x.RoundTrips })
+			add("Contended W=32, 200µs: round trips per acquisition ≤ 3",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(rt), fmtRatios(rt)), median(rt) <= 3)
 			fairest, _ := bestPeer(c.Runs, cname, r.Libraries, fair, all)
 			cmds := func(x ContendedResult) float64 { return x.Commands }
 			ratioTarget("Contended W=32, 200µs: all Redis commands per acquisition ≤ 0.3× the fairest peer",
-				pick(c.Runs, cname, "dlock", cmds), pick(c.Runs, cname, fairest, cmds), fairest, 0.3, false)
+				pick(c.Runs, cname, d, cmds), pick(c.Runs, cname, fairest, cmds), fairest, 0.3, false)
 			cpu := func(x ContendedResult) float64 { return float64(x.ClientCPU) }
 			ratioTarget("Contended W=32, 200µs: client CPU per acquisition ≤ 0.5× redislock-tuned",
-				pick(c.Runs, cname, "dlock", cpu), pick(c.Runs, cname, "redislock-tuned", cpu), "redislock-tuned", 0.5, false)
+				pick(c.Runs, cname, d, cpu), pick(c.Runs, cname, "redislock-tuned", cpu), "redislock-tuned", 0.5, false)
 		}
 		if c.Workers == 8 && c.Hold == 5*time.Millisecond {
 			for _, m := range []struct {
@@ -235,9 +260,9 @@ func (r *Report) Targets() []Target {
 				{"handoff p50 (to whoever acquires next)", func(x ContendedResult) float64 { return float64(x.HandoffP50) }},
 				{"handoff p50 to another worker (a waiter)", func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) }},
 			} {
-				mine := pick(c.Runs, cname, "dlock", m.f)
-				ts = append(ts, Target{"Contended W=8, 5ms: " + m.what + " ≤ 0.3 ms",
-					fmt.Sprintf("%s (per repetition: %s ms)", ms(median(mine)), fmtRatios(scale(mine, 1e-6))), median(mine) <= 0.3e6})
+				mine := pick(c.Runs, cname, d, m.f)
+				add("Contended W=8, 5ms: "+m.what+" ≤ 0.3 ms",
+					fmt.Sprintf("%s (per repetition: %s ms)", ms(median(mine)), fmtRatios(scale(mine, 1e-6))), median(mine) <= 0.3e6)
 				ratioTarget("Contended W=8, 5ms: "+m.what+" ≤ 0.1× redsync (defaults)",
 					mine, pick(c.Runs, cname, "redsync", m.f), "redsync", 0.1, false)
 			}
@@ -247,45 +272,51 @@ func (r *Report) Targets() []Target {
 	for _, c := range r.Contended {
 		for _, rep := range c.Runs {
 			for _, x := range rep {
-				if x.Lib == "dlock" {
+				if x.Lib == d {
 					viol += x.Violations
 				}
 			}
 		}
 	}
 	if len(r.Contended) > 0 {
-		ts = append(ts, Target{"Contended: mutual-exclusion violations = 0 (dlock, all runs)", fmt.Sprint(viol), viol == 0})
+		add("Contended: mutual-exclusion violations = 0 (all runs)", fmt.Sprint(viol), viol == 0)
 	}
 	if len(r.Idle) > 0 {
-		pw := pick(r.Idle, iname, "dlock", func(x IdleResult) float64 { return x.PerWaiter() })
-		ts = append(ts, Target{"Idle waiting: ≤ 0.2 Redis commands per second per waiter",
-			fmt.Sprintf("%.3f (per repetition: %s)", median(pw), fmtRatios(pw)), median(pw) <= 0.2})
+		pw := pick(r.Idle, iname, d, func(x IdleResult) float64 { return x.PerWaiter() })
+		add(fmt.Sprintf("Idle waiting (%s window): ≤ 0.2 Redis commands per second per waiter", r.Idle[0][0].Window),
+			fmt.Sprintf("%.3f (per repetition: %s)", median(pw), fmtRatios(pw)), median(pw) <= 0.2)
+	}
+	for _, x := range r.IdleLong {
+		if x.Lib == d {
+			add(fmt.Sprintf("Idle waiting (%s window, past the waiters' fallback wake-ups): ≤ 0.2 Redis commands per second per waiter", x.Window),
+				fmt.Sprintf("%.3f", x.PerWaiter()), x.PerWaiter() <= 0.2)
+		}
 	}
 	if len(r.RedlockHealthy) > 0 {
 		p50 := func(x LatencyResult) float64 { return float64(x.AcqP50) }
-		d5 := pick(r.RedlockHealthy, lname, "dlock, 5 nodes", p50)
+		d5 := pick(r.RedlockHealthy, lname, d+", 5 nodes", p50)
 		ratioTarget("Redlock 5 nodes: acquire p50 ≤ 0.8× redsync WithFailFast",
 			d5, pick(r.RedlockHealthy, lname, "redsync-failfast, 5 nodes", p50), "redsync-failfast", 0.8, false)
-		d1 := pick(r.RedlockHealthy, lname, "dlock, 1 node", p50)
+		d1 := pick(r.RedlockHealthy, lname, d+", 1 node", p50)
 		rs := ratios(d5, d1)
-		ts = append(ts, Target{"Redlock 5 nodes vs dlock on 1 node (reported, no target)",
-			fmt.Sprintf("%.2f× (per repetition: %s)", median(rs), fmtRatios(rs)), true})
+		add("Redlock 5 nodes vs the same on 1 node (reported, no target)",
+			fmt.Sprintf("%.2f× (per repetition: %s)", median(rs), fmtRatios(rs)), true)
 		for _, f := range r.RedlockFaulty {
-			if f.Lib != "dlock" {
+			if f.Lib != d {
 				continue
 			}
 			ratio := float64(f.AcqP50) / median(d5)
-			ts = append(ts, Target{"Redlock, one node frozen + one killed: acquire p50 ≤ 2× healthy",
-				fmt.Sprintf("%.2f× (%s vs %s)", ratio, ms(float64(f.AcqP50)), ms(median(d5))), ratio <= 2})
+			add("Redlock, one node frozen + one killed: acquire p50 ≤ 2× healthy",
+				fmt.Sprintf("%.2f× (%s vs %s)", ratio, ms(float64(f.AcqP50)), ms(median(d5))), ratio <= 2)
 			limit := r.NodeTimeout + r.NodeTimeout/5
-			ts = append(ts, Target{fmt.Sprintf("Redlock, one node frozen + one killed: no call stalls past the node timeout (%s)", r.NodeTimeout),
+			add(fmt.Sprintf("Redlock, one node frozen + one killed: no call stalls past the node timeout (%s)", r.NodeTimeout),
 				fmt.Sprintf("acquire max %s, release max %s, %d errors in %d calls", ms(float64(f.AcqMax)), ms(float64(f.RelMax)), f.Errors, f.Calls),
-				f.AcqMax <= limit && f.RelMax <= limit && f.Errors == 0})
+				f.AcqMax <= limit && f.RelMax <= limit && f.Errors == 0)
 		}
 	}
 	var dl, rl *AllocResult
 	for i, a := range r.Allocs {
-		if a.Nodes == 1 && a.Lib == "dlock" {
+		if a.Nodes == 1 && a.Lib == d {
 			dl = &r.Allocs[i]
 		}
 		if a.Nodes == 1 && a.Lib == "redislock" {
@@ -293,9 +324,9 @@ func (r *Report) Targets() []Target {
 		}
 	}
 	if dl != nil && rl != nil {
-		ts = append(ts, Target{"Allocations per Acquire+Release on one Redis ≤ redislock's",
+		add("Allocations per Acquire+Release on one Redis ≤ redislock's",
 			fmt.Sprintf("%d vs %d allocs/op (%d vs %d B/op)", dl.AllocsPerOp, rl.AllocsPerOp, dl.BytesPerOp, rl.BytesPerOp),
-			dl.AllocsPerOp <= rl.AllocsPerOp})
+			dl.AllocsPerOp <= rl.AllocsPerOp)
 	}
 	return ts
 }
@@ -336,13 +367,34 @@ func (r *Report) Markdown(charts bool) string {
 	}
 	w("- **redsync-failfast** (Redlock only): WithFailFast(true), default go-redis clients\n")
 	w("\n## Targets\n\n")
-	t := table{head: []string{"target", "measured", "verdict"}}
+	w("Each target for each of dlock's configurations, against the peers measured in the same repetitions.\n\n")
+	dl := r.DlockLibs()
+	head := []string{"target"}
+	for _, d := range dl {
+		head = append(head, d, "verdict")
+	}
+	t := table{head: head}
+	var order []string
+	cells := map[string][]string{}
 	for _, x := range r.Targets() {
+		row, ok := cells[x.Name]
+		if !ok {
+			order = append(order, x.Name)
+			row = make([]string, 2*len(dl))
+			for i := range row {
+				row[i] = "–"
+			}
+		}
 		v := "met"
 		if !x.Met {
 			v = "**missed**"
 		}
-		t.add(x.Name, x.Measured, v)
+		i := slices.Index(dl, x.Lib)
+		row[2*i], row[2*i+1] = x.Measured, v
+		cells[x.Name] = row
+	}
+	for _, name := range order {
+		t.add(append([]string{name}, cells[name]...)...)
 	}
 	w("%s\n", t)
 
@@ -407,6 +459,19 @@ func (r *Report) Markdown(charts bool) string {
 				num(g(func(x IdleResult) float64 { return x.RoundTripsPerSec })),
 				ms(g(func(x IdleResult) float64 { return float64(x.ClientCPU) })),
 				ms(g(func(x IdleResult) float64 { return float64(x.RedisCPU) })))
+		}
+		w("%s\n", t)
+	}
+	if len(r.IdleLong) > 0 {
+		x := r.IdleLong[0]
+		w("### Idle waiting over %s (dlock)\n\nThe same, measured over %s after the waiters settled, for dlock's configurations only: a dlock waiter is woken by the release, and otherwise only by a fallback timer (first after 11–15 s, doubling to 45–60 s), so a 5 s window would not show that work.", x.Window, x.Window)
+		if x.Window >= time.Minute {
+			w(" This window covers each waiter's first two fallback wake-ups and the holder's renewals (every 10 s), more than a waiter costs later on (one wake-up per 45–60 s).")
+		}
+		w("\n\n")
+		t := table{head: []string{"library", "Redis commands/s", "per waiter", "round trips/s", "client CPU", "Redis CPU"}}
+		for _, x := range r.IdleLong {
+			t.add(x.Lib, num(x.CommandsPerSec), fmt.Sprintf("%.3f", x.PerWaiter()), num(x.RoundTripsPerSec), ms(float64(x.ClientCPU)), ms(float64(x.RedisCPU)))
 		}
 		w("%s\n", t)
 	}

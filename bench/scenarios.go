@@ -407,7 +407,7 @@ func Idle(lib Library, srv Server, n int, settle, dur time.Duration) (IdleResult
 	}
 	defer closeAll(ps)
 	key := freshKey("idle")
-	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	hctx, hcancel := context.WithTimeout(context.Background(), settle+dur+10*time.Second)
 	defer hcancel()
 	held, err := ps[0].Lock(hctx, key)
 	if err != nil {

@@ -2,7 +2,7 @@
 // redis-server processes it starts on loopback, prints the tables, and writes
 // benchmarks.md and SVG charts into -out.
 //
-//	go run ./cmd/dlockbench -out ../docs     # the full run (about 10 minutes)
+//	go run ./cmd/dlockbench -out ../docs     # the full run (about 15 minutes)
 //	go run ./cmd/dlockbench -quick           # a short check that everything works
 package main
 
@@ -46,6 +46,7 @@ func (quiet) Printf(context.Context, string, ...interface{}) {}
 type settings struct {
 	warm, dur         time.Duration // uncontended and contended runs
 	idleSettle, idle  time.Duration
+	idleLong          time.Duration // dlock only: past its fallback wake-ups
 	latWarm, latDur   time.Duration
 	faultMin          int
 	benchtime         string
@@ -59,14 +60,14 @@ type settings struct {
 func run(quick bool, reps int, out string) error {
 	s := settings{
 		warm: 300 * time.Millisecond, dur: 2 * time.Second,
-		idleSettle: time.Second, idle: 5 * time.Second,
+		idleSettle: time.Second, idle: 5 * time.Second, idleLong: 60 * time.Second,
 		latWarm: 200 * time.Millisecond, latDur: 2 * time.Second,
 		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
 	}
 	if quick {
 		s = settings{
 			warm: 100 * time.Millisecond, dur: 250 * time.Millisecond,
-			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond,
+			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond, idleLong: time.Second,
 			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
 			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
 		}
@@ -117,8 +118,8 @@ func run(quick bool, reps int, out string) error {
 		Reps:         s.reps,
 		Libraries:    libs,
 		NodeTimeout:  500 * time.Millisecond, // dlock's default: TTL/5, at most 500ms
-		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions); Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s",
-			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.latDur, s.benchtime),
+		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s",
+			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime),
 	}
 	log := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
@@ -187,6 +188,18 @@ func run(quick bool, reps int, out string) error {
 		}
 		r.Idle = append(r.Idle, row)
 	}
+	for _, lib := range libs {
+		if !lib.Dlock {
+			continue
+		}
+		res, err := bench.Idle(lib, srv, 100, s.idleSettle, s.idleLong)
+		if err != nil {
+			return err
+		}
+		log("idle %v %-16s %8.1f cmds/s (%.3f per waiter) client CPU %v", s.idleLong, lib.Name, res.CommandsPerSec, res.PerWaiter(), res.ClientCPU)
+		r.IdleLong = append(r.IdleLong, res)
+		flush()
+	}
 
 	// 4. Allocations (before the Redlock faults; all nodes healthy).
 	for _, lib := range libs {
@@ -194,7 +207,7 @@ func run(quick bool, reps int, out string) error {
 		log("allocs %-16s %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
 		r.Allocs = append(r.Allocs, a)
 	}
-	for _, lib := range []bench.Library{bench.DlockLibrary(), bench.RedsyncFailFastLibrary()} {
+	for _, lib := range []bench.Library{bench.DlockLibrary(false), bench.DlockLibrary(true), bench.RedsyncFailFastLibrary()} {
 		a := bench.Allocs(lib, nodeAddrs)
 		log("allocs %-16s 5 nodes %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
 		r.Allocs = append(r.Allocs, a)
@@ -207,8 +220,10 @@ func run(quick bool, reps int, out string) error {
 		label string
 	}
 	healthy := []rl{
-		{bench.DlockLibrary(), nodeAddrs[:1], "dlock, 1 node"},
-		{bench.DlockLibrary(), nodeAddrs, "dlock, 5 nodes"},
+		{bench.DlockLibrary(false), nodeAddrs[:1], "dlock, 1 node"},
+		{bench.DlockLibrary(true), nodeAddrs[:1], "dlock-ctx, 1 node"},
+		{bench.DlockLibrary(false), nodeAddrs, "dlock, 5 nodes"},
+		{bench.DlockLibrary(true), nodeAddrs, "dlock-ctx, 5 nodes"},
 		{bench.RedsyncFailFastLibrary(), nodeAddrs, "redsync-failfast, 5 nodes"},
 		{bench.RedsyncLibrary(false), nodeAddrs, "redsync, 5 nodes"},
 	}
@@ -233,7 +248,10 @@ func run(quick bool, reps int, out string) error {
 		return err
 	}
 	r.FaultNote = fmt.Sprintf("Node 4 of 5 stopped with SIGSTOP (it accepts connections and answers nothing), node 5 killed; every configuration runs at least %d calls and at most %s past the warm-up, each call bounded by a 10s context. A fresh process (new clients) per configuration.", s.faultMin, s.latDur)
-	for _, c := range healthy[1:] {
+	for _, c := range healthy {
+		if len(c.addrs) == 1 {
+			continue
+		}
 		label := strings.Replace(c.label, "5 nodes", "5 nodes, 1 frozen + 1 killed", 1)
 		res, err := bench.Latency(c.lib, c.addrs, label, 0, s.latDur, s.faultMin, 1_000_000, 10*time.Second)
 		if err != nil {
