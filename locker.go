@@ -33,10 +33,13 @@ type Locker struct {
 
 	// id names this Locker in waiter registrations; a waiter is told of
 	// releases on the channel inbox (prefix + "inbox:" + id).
-	id    string
-	inbox string
-	seq   atomic.Uint64
-	subs  []*subscriber
+	id      string
+	inbox   string
+	inboxes string // the prefix of every inbox channel
+	// reserveArg is reserve in milliseconds, as release.lua takes it.
+	reserveArg string
+	seq        atomic.Uint64
+	subs       []*subscriber
 
 	mu     sync.Mutex
 	keys   map[string]*keyState
@@ -108,10 +111,12 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		done:   make(chan struct{}),
 	}
 	l.id = newToken()
-	l.inbox = l.inboxPrefix() + l.id
+	l.inboxes = l.inboxPrefix()
+	l.inbox = l.inboxes + l.id
 	if len(clients) == 1 {
 		l.reserve = reserveFor
 	}
+	l.reserveArg = strconv.FormatInt(l.reserve.Milliseconds(), 10)
 	for i, c := range clients {
 		l.nodes = append(l.nodes, quorum.NewNode(c, "node "+strconv.Itoa(i)))
 		l.subs = append(l.subs, &subscriber{l: l, node: i})
@@ -500,7 +505,12 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	token := newToken()
 	ttlMS := cfg.ttl.Milliseconds()
 	timeout := l.nodeTimeout(cfg.ttl)
-	nm := l.names(key)
+	var nm *names
+	if ks != nil {
+		nm = ks.names
+	} else {
+		nm = l.names(key)
+	}
 
 	n := len(l.nodes)
 	var regs []nodeReg
@@ -532,7 +542,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 				reg = regs[i]
 			}
 			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys,
-				token, ttlMS, reg.member, waiterLease.Milliseconds(), reg.pos, reg.queued, reg.refresh).Result()
+				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -710,8 +720,11 @@ func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, lea
 		w = "1"
 	}
 	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys,
-		expected, l.inboxPrefix(), l.reserve.Milliseconds(), leaving, w).Int64()
+		expected, l.inboxes, l.reserveArg, leaving, w).Int64()
 }
 
 // inboxPrefix is the prefix of every Locker's inbox channel.
 func (l *Locker) inboxPrefix() string { return l.cfg.prefix + "inbox:" }
+
+// waiterLeaseArg is waiterLease in milliseconds, as the scripts take it.
+var waiterLeaseArg = strconv.FormatInt(waiterLease.Milliseconds(), 10)

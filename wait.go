@@ -30,12 +30,19 @@ type keyState struct {
 	// subscription came back from a reconnection.
 	wake chan struct{}
 
-	mu      sync.Mutex
-	member  string      // the waiter in the nodes' waiting sets: "LOCKERID:SEQ:KEY"
-	pos     []string    // per node: queue position from the last reply, "0" for none
-	queued  []bool      // per node: the member may sit in the waiting set
-	regAt   []time.Time // per node: when the registration was last written; zero: write it
+	mu sync.Mutex
+	// member is the waiter in the nodes' waiting sets, "LOCKERID:SEQ:KEY";
+	// made when first needed, since most Acquire calls never wait.
+	member  string
+	nodes   []nodeWait  // per node
 	standIn *time.Timer // set while standing in for a woken waiter
+}
+
+// nodeWait is a waiter's registration on one node.
+type nodeWait struct {
+	pos    string    // queue position from the last reply, "0" for none
+	queued bool      // the member may sit in the waiting set
+	regAt  time.Time // when the registration was last written; zero: write it
 }
 
 // waiterMember names this Locker's waiter for key; seq tells apart waiters of
@@ -53,15 +60,12 @@ func (l *Locker) keyState(key string) *keyState {
 		n := len(l.nodes)
 		ks = &keyState{
 			l: l, key: key, names: l.names(key),
-			head:   make(chan struct{}, 1),
-			wake:   make(chan struct{}, 1),
-			member: l.waiterMember(key),
-			pos:    make([]string, n),
-			queued: make([]bool, n),
-			regAt:  make([]time.Time, n),
+			head:  make(chan struct{}, 1),
+			wake:  make(chan struct{}, 1),
+			nodes: make([]nodeWait, n),
 		}
-		for i := range ks.pos {
-			ks.pos[i] = "0"
+		for i := range ks.nodes {
+			ks.nodes[i].pos = "0"
 		}
 		l.keys[key] = ks
 	}
@@ -102,11 +106,15 @@ func (ks *keyState) registration(ready []bool) []nodeReg {
 			regs[i] = nodeReg{pos: "0", queued: "0", refresh: "0"}
 			continue
 		}
-		regs[i] = nodeReg{member: ks.member, pos: ks.pos[i], queued: "0", refresh: "0"}
-		if ks.queued[i] {
+		if ks.member == "" {
+			ks.member = ks.l.waiterMember(ks.key)
+		}
+		nw := &ks.nodes[i]
+		regs[i] = nodeReg{member: ks.member, pos: nw.pos, queued: "0", refresh: "0"}
+		if nw.queued {
 			regs[i].queued = "1"
 		}
-		if ks.regAt[i].IsZero() || time.Since(ks.regAt[i]) > waiterLease/3 {
+		if nw.regAt.IsZero() || time.Since(nw.regAt) > waiterLease/3 {
 			regs[i].refresh = "1"
 		}
 	}
@@ -123,9 +131,10 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string) {
 	if reg.member != ks.member {
 		return // rotated meanwhile
 	}
-	ks.pos[i], ks.queued[i] = pos, true
+	nw := &ks.nodes[i]
+	nw.pos, nw.queued = pos, true
 	if reg.refresh == "1" || reg.pos == "0" {
-		ks.regAt[i] = time.Now()
+		nw.regAt = time.Now()
 	}
 }
 
@@ -138,7 +147,7 @@ func (ks *keyState) acquired(granted []int) (string, []int) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for _, i := range granted {
-		ks.queued[i] = false
+		ks.nodes[i].queued = false
 	}
 	member := ks.member
 	stale := ks.queuedNodes()
@@ -149,8 +158,8 @@ func (ks *keyState) acquired(granted []int) (string, []int) {
 // queuedNodes lists the nodes where the member may be registered; ks.mu is held.
 func (ks *keyState) queuedNodes() []int {
 	var nodes []int
-	for i, q := range ks.queued {
-		if q {
+	for i, nw := range ks.nodes {
+		if nw.queued {
 			nodes = append(nodes, i)
 		}
 	}
@@ -163,8 +172,8 @@ func (ks *keyState) reset(rotate bool) {
 	if rotate {
 		ks.member = ks.l.waiterMember(ks.key)
 	}
-	for i := range ks.pos {
-		ks.pos[i], ks.queued[i], ks.regAt[i] = "0", false, time.Time{}
+	for i := range ks.nodes {
+		ks.nodes[i] = nodeWait{pos: "0"}
 	}
 	ks.stopStandIn()
 }
@@ -181,8 +190,8 @@ func (ks *keyState) signal() {
 func (ks *keyState) woken() {
 	ks.mu.Lock()
 	ks.stopStandIn()
-	for i := range ks.regAt {
-		ks.regAt[i] = time.Time{}
+	for i := range ks.nodes {
+		ks.nodes[i].regAt = time.Time{}
 	}
 	ks.mu.Unlock()
 	ks.signal()
