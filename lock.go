@@ -282,8 +282,12 @@ func (k *Lock) renew() {
 // goroutine that receives from Lost, which the drift does not cover; k.mu is
 // held. A healthy lock never comes near it: it is renewed every TTL/3.
 func (k *Lock) untilLost() time.Duration {
-	return time.Until(k.validUntil) - min(k.ttl/20, 50*time.Millisecond)
+	return time.Until(k.validUntil) - lostMargin(k.ttl)
 }
+
+// lostMargin is how long before the end of its validity a lock is reported
+// lost (see untilLost).
+func lostMargin(ttl time.Duration) time.Duration { return min(ttl/20, 50*time.Millisecond) }
 
 // checkExpiry runs when the validity should have run out.
 func (k *Lock) checkExpiry() {

@@ -186,8 +186,8 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-// names are the Redis keys and the channel of one lock (DESIGN §3). They
-// share the hash tag {key}, so that every script touches one Cluster slot.
+// names are the Redis keys of one lock (DESIGN §3). They share the hash tag
+// {key}, so that every script touches one Cluster slot.
 type names struct {
 	lock, fence, waiters, leases string
 	// The KEYS of acquire.lua, release.lua and extend.lua.
@@ -254,7 +254,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 		return nil, err
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 	}
 	k, res := l.attempt(ctx, key, cfg, nil, nil)
 	if k != nil {
@@ -597,8 +597,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		if n > 1 {
 			ok = l.raiseFences(ctx, nm, fence, results, timeout)
 		}
+		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
-		if ok && time.Now().Before(validUntil) {
+		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
 			k = l.newLock(key, nm, token, fence, cfg, start)
 		} else {
 			res.late = true
