@@ -498,7 +498,7 @@ func (r *Report) Markdown(charts bool) string {
 	}
 
 	if len(r.Allocs) > 0 {
-		w("## Allocations\n\nOne Acquire+Release (uncontended), measured with testing.Benchmark in the same process. `go test -bench AcquireRelease -benchmem` in the root module and in bench/ gives the same numbers.\n\n")
+		w("## Allocations\n\nOne Acquire+Release (uncontended), measured with testing.Benchmark in the same process. `go test -bench AcquireRelease -benchmem` in the root module and in bench/ measures the same operations (its counts differ by a few allocations: a separate process, other warm-up).\n\n")
 		t := table{head: []string{"library", "nodes", "allocs/op", "B/op", "time/op"}}
 		for _, a := range r.Allocs {
 			t.add(a.Lib, fmt.Sprint(a.Nodes), fmt.Sprint(a.AllocsPerOp), fmt.Sprint(a.BytesPerOp), us(float64(a.NsPerOp)))
