@@ -204,14 +204,7 @@ func TestWakeOnRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *dlock.Lock, 1)
-		go func() {
-			k2, err := other.Acquire(ctx(t), "handoff")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- k2
-		}()
+		got := acquireAsync(t, other, "handoff")
 		// Release only once the waiter is registered in Redis.
 		waitFor(t, func() bool {
 			st, _ := l.Status(ctx(t), "handoff")
@@ -663,14 +656,7 @@ func TestWaiterGivesUpHandsOn(t *testing.T) {
 	qerr := make(chan error, 1)
 	go func() { _, err := quitter.Acquire(qctx, "q"); qerr <- err }()
 	waitFor(t, func() bool { st, _ := l.Status(ctx(t), "q"); return st.Waiters == 1 }, "first waiter registered")
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		k2, err := patient.Acquire(ctx(t), "q")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- k2
-	}()
+	got := acquireAsync(t, patient, "q")
 	waitFor(t, func() bool { st, _ := l.Status(ctx(t), "q"); return st.Waiters == 2 }, "second waiter registered")
 	qcancel()
 	if err := <-qerr; !errors.Is(err, dlock.ErrNotAcquired) {
@@ -824,6 +810,21 @@ func TestBadInput(t *testing.T) {
 
 func ctx(t *testing.T) context.Context { return ctxTimeout(t, 30*time.Second) }
 
+// acquireAsync starts Acquire(key) on l and delivers the lock (nil on an
+// error, which fails the test).
+func acquireAsync(t *testing.T, l *dlock.Locker, key string) <-chan *dlock.Lock {
+	t.Helper()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		k, err := l.Acquire(ctx(t), key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k
+	}()
+	return got
+}
+
 // waitFor polls cond (a test-side observation of Redis, not
 // synchronisation of the code under test) until it holds or 10s pass.
 func waitFor(t *testing.T, cond func() bool, what string) {
@@ -877,14 +878,7 @@ func TestDeadWaiterDoesNotStall(t *testing.T) {
 	c.HSet(ctx(t), "dlock:{dead}:wexp", "ghost", now.Add(time.Minute).UnixMilli())
 	live := dlock.New(s.Client())
 	defer live.Close()
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		k2, err := live.Acquire(ctx(t), "dead")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- k2
-	}()
+	got := acquireAsync(t, live, "dead")
 	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{dead}:waiters").Val() == 2 }, "live waiter registered")
 	start := time.Now()
 	if err := k.Release(ctx(t)); err != nil {
@@ -928,14 +922,7 @@ func TestWakeAfterReconnect(t *testing.T) {
 	}
 	waiter := dlock.New(s.Client())
 	defer waiter.Close()
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		k2, err := waiter.Acquire(ctx(t), "reconnect")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- k2
-	}()
+	got := acquireAsync(t, waiter, "reconnect")
 	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{reconnect}:waiters").Val() == 1 }, "waiter registered")
 	if err := c.Do(ctx(t), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
