@@ -310,8 +310,10 @@ func (l *Locker) inboxReady() []bool {
 	return ready
 }
 
-// subscribe subscribes the Locker's inbox on every node where it is not yet,
-// and waits up to timeout for the confirmations. It reports whether any node
+// subscribe subscribes the Locker's inbox on every node where it has not
+// been requested yet, and waits up to timeout for those confirmations (not
+// again for a node that was asked before and has not confirmed: it is down,
+// and its subscription comes back on its own). It reports whether any node
 // newly confirmed, i.e. whether an immediate new attempt can register where
 // the last one could not.
 func (l *Locker) subscribe(ctx context.Context, timeout time.Duration) bool {
@@ -357,21 +359,19 @@ type subscriber struct {
 	wg      sync.WaitGroup
 }
 
-// start subscribes if that has not been done, and returns a channel closed
-// once the subscription is confirmed, or nil if it already is (or the
-// Locker is closed).
+// start subscribes if that has not been done, and then returns a channel
+// closed once the subscription is confirmed; it returns nil if the
+// subscription was requested before (or the Locker is closed).
 func (s *subscriber) start() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.isReady {
+	if s.closed || s.ps != nil {
 		return nil
 	}
-	if s.ps == nil {
-		s.ready = make(chan struct{})
-		s.ps = s.l.nodes[s.node].Client.Subscribe(context.Background())
-		s.wg.Add(1)
-		go s.loop(s.ps)
-	}
+	s.ready = make(chan struct{})
+	s.ps = s.l.nodes[s.node].Client.Subscribe(context.Background())
+	s.wg.Add(1)
+	go s.loop(s.ps)
 	return s.ready
 }
 
@@ -417,20 +417,18 @@ func (s *subscriber) loop(ps *redis.PubSub) {
 	}
 }
 
-// confirmed records a subscription confirmation. One after the first follows
-// a reconnection, during which a release may have gone unheard: every waiter
-// then tries again.
+// confirmed records a subscription confirmation, and makes every waiter try
+// again: after the first, a waiter that could not register on this node
+// (its wait for the confirmation timed out) now can; after a later one,
+// which follows a reconnection, a release may have gone unheard.
 func (s *subscriber) confirmed() {
 	s.mu.Lock()
-	first := !s.isReady
-	if first {
+	if !s.isReady {
 		s.isReady = true
 		close(s.ready)
 	}
 	s.mu.Unlock()
-	if !first {
-		s.l.wakeAll()
-	}
+	s.l.wakeAll()
 }
 
 func (s *subscriber) isClosed() bool {
