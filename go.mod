@@ -1,6 +1,6 @@
 module github.com/dlock-dev/dlock
 
-go 1.26.8
+go 1.23.0
 
 require (
 	github.com/redis/go-redis/v9 v9.7.3
