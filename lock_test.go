@@ -210,20 +210,7 @@ func TestWakeOnRelease(t *testing.T) {
 			st, _ := l.Status(ctx(t), "handoff")
 			return st.Waiters > 0
 		}, "waiter registered")
-		start := time.Now()
-		if err := k.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-		k2 := <-got
-		if k2 == nil {
-			return
-		}
-		if el := time.Since(start); el > time.Second {
-			t.Errorf("waiter took %s to acquire after the release; it should be woken by it", el)
-		}
-		if err := k2.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		handoff(t, k, got, "the waiter")
 	}
 }
 
@@ -662,15 +649,7 @@ func TestWaiterGivesUpHandsOn(t *testing.T) {
 	if err := <-qerr; !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("quitter: %v", err)
 	}
-	start := time.Now()
-	k.Release(ctx(t))
-	k2 := <-got
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("second waiter took %s after the release", el)
-	}
-	if k2 != nil {
-		k2.Release(ctx(t))
-	}
+	handoff(t, k, got, "the second waiter")
 }
 
 func TestLocalQueue(t *testing.T) {
@@ -825,6 +804,26 @@ func acquireAsync(t *testing.T, l *dlock.Locker, key string) <-chan *dlock.Lock 
 	return got
 }
 
+// handoff releases k and checks that the waiter behind got acquires the lock
+// within a second: woken by the release, not by a fallback timer (at least
+// 11s). It then releases the waiter's lock.
+func handoff(t *testing.T, k *dlock.Lock, got <-chan *dlock.Lock, who string) {
+	t.Helper()
+	start := time.Now()
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	k2 := <-got
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("%s took %s to acquire after the release; it should be woken by it", who, el)
+	}
+	if k2 != nil {
+		if err := k2.Release(ctx(t)); err != nil {
+			t.Errorf("the waiter's Release: %v", err)
+		}
+	}
+}
+
 // waitFor polls cond (a test-side observation of Redis, not
 // synchronisation of the code under test) until it holds or 10s pass.
 func waitFor(t *testing.T, cond func() bool, what string) {
@@ -880,17 +879,7 @@ func TestDeadWaiterDoesNotStall(t *testing.T) {
 	defer live.Close()
 	got := acquireAsync(t, live, "dead")
 	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{dead}:waiters").Val() == 2 }, "live waiter registered")
-	start := time.Now()
-	if err := k.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	k2 := <-got
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("live waiter took %s after the release, stalled by the dead one", el)
-	}
-	if k2 != nil {
-		k2.Release(ctx(t))
-	}
+	handoff(t, k, got, "the live waiter, behind a dead one,")
 }
 
 // TestSentinel: a Locker on a Sentinel-managed master, through go-redis'
