@@ -9,9 +9,10 @@ package bench
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/dlocktest"
 )
 
 // A Process stands for one client process: its own Redis client(s) and its
@@ -47,36 +48,7 @@ type Library struct {
 
 // Counter counts the commands clients send to Redis (round trips), not the
 // commands that scripts run inside Redis.
-type Counter struct{ n atomic.Int64 }
-
-// Load returns the count.
-func (c *Counter) Load() int64 { return c.n.Load() }
-
-func (c *Counter) add(n int) {
-	if c != nil {
-		c.n.Add(int64(n))
-	}
-}
-
-// countHook is a go-redis hook that counts every command sent, including
-// each command of a pipeline.
-type countHook struct{ c *Counter }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.c.add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.c.add(len(cmds))
-		return next(ctx, cmds)
-	}
-}
+type Counter = dlocktest.Counter
 
 // goRedisClient returns a go-redis client with default settings whose
 // commands are counted in sent.
@@ -88,7 +60,9 @@ func goRedisClient(addr string, sent *Counter) *redis.Client {
 // counted in sent.
 func newGoRedisClient(o *redis.Options, sent *Counter) *redis.Client {
 	c := redis.NewClient(o)
-	c.AddHook(countHook{sent})
+	if sent != nil {
+		c.AddHook(sent)
+	}
 	return c
 }
 

@@ -47,12 +47,12 @@ type countingRueidis struct {
 }
 
 func (c countingRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.sent.add(1)
+	c.sent.Add(1)
 	return c.Client.Do(ctx, cmd)
 }
 
 func (c countingRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	c.sent.add(len(cmds))
+	c.sent.Add(len(cmds))
 	return c.Client.DoMulti(ctx, cmds...)
 }
 

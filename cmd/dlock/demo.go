@@ -92,7 +92,7 @@ type demoRun struct {
 	servers []*dlocktest.Server
 	admin   []*redis.Client // for INFO, one per server
 	prog    progress
-	sent    atomic.Int64 // commands sent by the demo's Lockers
+	sent    dlocktest.Counter // commands sent by the demo's Lockers
 	rows    []phaseStats
 	failed  int
 }
@@ -217,7 +217,7 @@ func (d *demoRun) lockers(n int, servers []*dlocktest.Server) ([]*dlock.Locker, 
 		ucs := make([]redis.UniversalClient, len(servers))
 		for i, s := range servers {
 			cl := redis.NewClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true})
-			cl.AddHook(countHook{&d.sent})
+			cl.AddHook(&d.sent)
 			cls = append(cls, cl)
 			ucs[i] = cl
 		}
@@ -572,25 +572,6 @@ func perAcq(n int64, acquisitions int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", float64(n)/float64(acquisitions))
-}
-
-// countHook counts the commands a client sends.
-type countHook struct{ n *atomic.Int64 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
