@@ -465,7 +465,6 @@ type attemptResult struct {
 	granted  int
 	refused  int
 	pttl     time.Duration // shortest positive remaining TTL of the holder, or 0
-	reserved bool
 	nodeErrs []error
 	late     bool // quorum reached but no validity left, or the fence raise failed
 	// notWaited counts suspect nodes the round decided without: their
@@ -575,9 +574,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			fence = max(fence, r.Val.fence)
 		default:
 			res.refused++
-			if r.Val.pttl == -3 {
-				res.reserved = true
-			} else if p := time.Duration(r.Val.pttl) * time.Millisecond; p > 0 && (res.pttl == 0 || p < res.pttl) {
+			// A reservation for a woken waiter (pttl -3) or a key without
+			// expiry (-1) does not time the wait.
+			if p := time.Duration(r.Val.pttl) * time.Millisecond; p > 0 && (res.pttl == 0 || p < res.pttl) {
 				res.pttl = p
 			}
 			if ks != nil {

@@ -25,8 +25,7 @@ const (
 
 	// standInAfter is how long after a wake-up the next waiter waits for the
 	// woken one to take the lock before it tries itself (on top of the
-	// reservation, on one Redis, where the woken waiter's acquisition is
-	// announced and the stand-in stands down).
+	// reservation, on one Redis). Being woken itself cancels standing in.
 	standInAfter = 50 * time.Millisecond
 
 	// After a split vote on a quorum (some nodes granted, too few), a
