@@ -21,8 +21,9 @@ type Status struct {
 	Held bool
 	// TTL is the shortest remaining TTL among the nodes that hold the key.
 	TTL time.Duration
-	// Fence is the largest fence counter among the nodes: the fence of the
-	// latest acquisition, if it was confirmed.
+	// Fence is the largest fence counter among the nodes: at least the
+	// fence of the latest acquisition, if it was confirmed (on a quorum, a
+	// node outside the holder's quorum may count higher).
 	Fence uint64
 	// Waiters is the largest number of waiting processes registered on a node.
 	Waiters int64

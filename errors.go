@@ -51,6 +51,10 @@ func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Erro
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
+// errDoReturned is the cause with which Do cancels its function's context
+// when the function returns, before the lock is released.
+var errDoReturned = errors.New("dlock: Do's function returned; the lock is being released")
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

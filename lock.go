@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,42 +24,96 @@ type Lock struct {
 	fence     uint64
 	autoRenew bool
 
-	// opMu serialises the rounds that set the TTL (renewal and Extend), so
-	// that the validity always reflects the round that ran last.
-	opMu sync.Mutex
+	// ops serialises the rounds that set the TTL (renewal and Extend), so
+	// that the validity always reflects the round that ran last. A channel,
+	// not a mutex, so that Extend can stop waiting when its ctx ends.
+	ops chan struct{}
 
-	mu          sync.Mutex
-	ttl         time.Duration
-	validUntil  time.Time
-	lostCh      chan struct{}
-	lost        bool // ownership ended while held
-	released    bool
-	releaseErr  error
-	deletedOn   []bool // per node: Release's call deleted the key there
+	mu         sync.Mutex
+	ttl        time.Duration
+	nodes      []nodeLease // per node
+	validUntil time.Time
+	lostCh     chan struct{}
+	lost       bool // ownership ended while held (or Close took the lock back)
+	released   bool
+	// rel is the latest Release round: concurrent Release calls share it.
+	rel         *releaseRound
 	renewTimer  *time.Timer
 	expiryTimer *time.Timer
-	onLostFns   []func()
+	onLostFns   []func(cause error)
 }
 
-func (l *Locker) newLock(key string, nm *names, token string, fence uint64, cfg lockConfig, start time.Time) *Lock {
+// nodeLease is what a Lock knows of its key on one node. The validity of the
+// lock is the time until which a quorum of nodes is known to hold the key.
+type nodeLease struct {
+	// until: the key holds the token at least until then, less the drift (a
+	// command confirmed by the node ran after the start of its round, so the
+	// TTL it set runs at least from then). Zero: not known to hold it.
+	until time.Time
+	// capAt is set when a command that would shorten the key's TTL (Extend
+	// to a shorter TTL) went unanswered: it may still run, after any later
+	// command, and the key may then expire as early as capAt (counted from
+	// the start of that command's round, less the drift). The lock is valid
+	// on this node until capAt at most, until a command sent after every
+	// earlier one has answered (see settledAt) confirms. Zero: none.
+	capAt time.Time
+	// unknown counts the commands sent to the node whose effect is not
+	// known: no answer came, so they may have run or may still run (a frozen
+	// node runs them when it resumes). Once the lock is dead, such a node is
+	// cleaned up (see cleaner).
+	unknown int
+	// settledAt is when unknown last fell to 0: every command sent to the
+	// node before then has run. A command sent after it runs after all of
+	// them, so once it confirms, a cap no longer applies.
+	settledAt time.Time
+}
+
+// effective is the time until which the node is known to hold the key.
+func (n *nodeLease) effective() time.Time {
+	if !n.capAt.IsZero() && n.capAt.Before(n.until) {
+		return n.capAt
+	}
+	return n.until
+}
+
+// releaseRound is one round of Release; done is closed when err is set.
+type releaseRound struct {
+	done chan struct{}
+	err  error // what Release returns
+	// roundErr is the round's own failure, if any, whether or not the lock
+	// had been lost (Close reports it).
+	roundErr error
+}
+
+func (l *Locker) newLock(key string, nm *names, token string, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
 		l: l, key: key, names: nm, token: token, fence: fence, autoRenew: cfg.autoRenew,
-		ttl:        cfg.ttl,
-		validUntil: start.Add(cfg.ttl - drift(cfg.ttl)),
-		lostCh:     make(chan struct{}),
+		ops:    make(chan struct{}, 1),
+		ttl:    cfg.ttl,
+		nodes:  nodes,
+		lostCh: make(chan struct{}),
 	}
-	k.mu.Lock()
-	k.expiryTimer = time.AfterFunc(k.untilLost(), k.checkExpiry)
-	l.mu.Lock()
-	if !l.closed {
-		l.locks[k] = struct{}{}
-		if k.autoRenew {
-			k.renewTimer = time.AfterFunc(time.Until(start.Add(cfg.ttl/3)), k.renew)
-		}
-	}
-	l.mu.Unlock()
-	k.mu.Unlock()
+	k.validUntil = k.computeValidity()
 	return k
+}
+
+// start registers the lock with its Locker and starts its timers. It reports
+// false, and leaves the lock untouched, if the Locker was closed meanwhile.
+func (k *Lock) start(start time.Time) bool {
+	l := k.l
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.locks[k] = struct{}{}
+	k.expiryTimer = time.AfterFunc(k.untilLost(), k.checkExpiry)
+	if k.autoRenew {
+		k.renewTimer = time.AfterFunc(time.Until(start.Add(k.ttl/3)), k.renew)
+	}
+	return true
 }
 
 // Key returns the name of the lock, as passed to Acquire.
@@ -69,18 +124,23 @@ func (k *Lock) Key() string { return k.key }
 func (k *Lock) Token() string { return k.token }
 
 // Fence returns the fencing token of this acquisition: a number that is
-// larger than the fence of every earlier acquisition of the same key (on one
-// Redis, and across a Redlock quorum as long as the nodes keep their data).
-// Pass it to storage that can reject writes carrying a smaller fence than
-// one it has already seen.
+// larger than the fence of every earlier acquisition of the same key. It is
+// the larger of the key's counter + 1 and the server's time in microseconds,
+// so it also stays larger across a restart of Redis without its data, and
+// after the counter expired (see WithFenceRetention), as long as the server's
+// clock does not step back. Over a Redlock quorum it holds while fewer than
+// a quorum of nodes lose their data at once and, for a node that restarted
+// empty, as long as it stayed out of service for one TTL and the nodes'
+// clocks agree within that time. Pass it to storage that can reject writes
+// carrying a smaller fence than one it has already seen.
 func (k *Lock) Fence() uint64 { return k.fence }
 
 // Lost returns a channel that is closed once ownership can no longer be
-// guaranteed: a quorum of nodes said the lock is no longer ours, or the
-// validity of the last confirmed acquisition or renewal ran out without a new
-// confirmation. It closes before the key can have expired in Redis (the
-// validity subtracts a clock-drift margin), never after. It is also closed by
-// Release.
+// guaranteed: a quorum of nodes said the lock is no longer ours, the validity
+// of the last confirmed acquisition or renewal ran out without a new
+// confirmation, or the Locker was closed. It closes before the key can have
+// expired in Redis (the validity subtracts a clock-drift margin), never after.
+// It is also closed by Release.
 func (k *Lock) Lost() <-chan struct{} { return k.lostCh }
 
 // ValidUntil returns the time until which ownership is guaranteed by the last
@@ -96,24 +156,34 @@ func (k *Lock) ValidUntil() time.Time {
 // Extend sets the lock's TTL to ttl from now, on every node, if the caller
 // still owns it; later auto-renewals use the new TTL too. It returns an error
 // wrapping ErrNotHeld (and Lost closes) if the lock is no longer ours, or was
-// released. Another error (a node that did not answer, for example) leaves
-// the lock as it was: held until its current validity runs out.
+// released. It waits for a renewal under way to finish first, and returns
+// ctx's error if ctx ends meanwhile (nothing was sent then).
+//
+// Any other error (a node that did not answer, for example) means the new
+// TTL may or may not have been applied: the command may still run in Redis,
+// even after later ones. Extend then assumes the worst. A longer TTL changes
+// nothing (the lock is held until its current validity runs out, as
+// before). A shorter TTL caps the lock's validity for good at what that TTL
+// gives from the start of the call: renewals no longer lengthen it, and Lost
+// closes before then.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if k == nil {
+		return fmt.Errorf("%w: Extend on a nil *Lock", ErrNotHeld)
+	}
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	k.opMu.Lock()
-	defer k.opMu.Unlock()
+	select {
+	case k.ops <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("dlock: extend %q: %w", k.key, ctx.Err())
+	}
+	defer func() { <-k.ops }()
 	if !k.held() {
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
-	start := time.Now()
-	err := k.extendRound(ctx, ttl, start, k.l.nodeTimeout(ttl))
-	if errors.Is(err, ErrNotHeld) {
-		k.markLost()
-	}
-	return err
+	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))
 }
 
 func (k *Lock) held() bool {
@@ -122,49 +192,283 @@ func (k *Lock) held() bool {
 	return !k.lost && !k.released
 }
 
-// extendRound runs extend.lua on every node, waiting at most timeout, and,
-// when a quorum confirms within the new validity, records it and schedules
-// the next renewal.
-func (k *Lock) extendRound(ctx context.Context, ttl time.Duration, start time.Time, timeout time.Duration) error {
+// extendRound runs extend.lua on every node, waiting at most timeout, and
+// records what each answer, or its absence, shows (see nodeLease). On a
+// quorum, nodes where the key turned out to be free are then taken back
+// (regain). A lock whose validity has run out, or that a quorum no longer
+// holds, is reported lost; with auto-renewal, a failure is retried soon.
+func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
+	start := time.Now()
+	bound := start.Add(ttl - drift(ttl))
+	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
+	ok, refused := 0, 0
+	var free []int
+	var errs []error
+	k.mu.Lock()
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			errs = append(errs, l.nodeErr(r.Node, r.Err))
+		case r.Val == 1:
+			ok++
+		default:
+			refused++
+			if r.Val == -1 {
+				free = append(free, r.Node)
+			}
+		}
+	}
+	for _, m := range missing {
+		errs = append(errs, l.nodeErr(m.Node, m.Err))
+	}
+	k.recordRound(results, nil, start, bound)
+	close(recorded)
+	if k.lost || k.released {
+		k.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
+	}
+	var err error
+	switch {
+	case ok >= l.quorum && time.Now().Before(bound):
+		k.ttl = ttl
+	case refused > n-l.quorum:
+		err = fmt.Errorf("%w: %q (%d of %d nodes no longer hold it)", ErrNotHeld, k.key, refused, n)
+	case ok >= l.quorum:
+		err = fmt.Errorf("dlock: extend %q: quorum confirmed too late, no validity left", k.key)
+	default:
+		err = fmt.Errorf("dlock: extend %q: quorum not confirmed (%d of %d nodes, %d needed): %w",
+			k.key, ok, n, l.quorum, errors.Join(errs...))
+	}
+	k.validUntil = k.computeValidity()
+	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
+	if !lost {
+		k.expiryTimer.Reset(k.untilLost())
+		switch {
+		case err == nil && k.autoRenew:
+			// Every TTL/3, or sooner if a cap left less validity.
+			k.scheduleRenew(min(time.Until(start.Add(ttl/3)), time.Until(k.validUntil)/3))
+		case err != nil && k.autoRenew:
+			// Transient: try again soon, until the validity runs out (then
+			// the expiry timer reports the loss).
+			k.scheduleRenew(min(max(k.untilLost()/4, time.Millisecond), l.nodeTimeout(ttl)))
+		}
+	}
+	k.mu.Unlock()
+	if lost {
+		k.markLost(ErrLockLost)
+		if err == nil {
+			err = fmt.Errorf("%w: %q: no validity left", ErrNotHeld, k.key)
+		}
+		return err
+	}
+	if err == nil && len(free) > 0 && n > 1 {
+		// A quorum confirmed that we hold the lock, so nobody else can hold
+		// one: take back the nodes where the key is free (it expired there
+		// while the node was away, or a contender of a split vote let it
+		// go), so that the lock survives the loss of a minority again.
+		k.regain(ctx, ttl, timeout, free)
+	}
+	return err
+}
+
+// regain sets the key on the given nodes, where it was just found free,
+// after a quorum confirmed the lock (see extend.lua).
+func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []int) {
+	start := time.Now()
+	results, _, recorded := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.recordRound(results, free, start, start.Add(ttl-drift(ttl)))
+	close(recorded)
+	if !k.lost && !k.released {
+		k.validUntil = k.computeValidity()
+		k.expiryTimer.Reset(k.untilLost())
+	}
+}
+
+// fanout runs extend.lua on nodes (idx maps them to the Locker's nodes; nil
+// for all of them), deciding as soon as a quorum confirmed or cannot. Node
+// numbers in the results are the Locker's. Answers that arrive after the
+// round are recorded once the caller has closed the returned channel, which
+// it does after recording the round's own answers.
+func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*quorum.Node, idx []int, regain string) ([]quorum.Result[int64], []quorum.Missing, chan struct{}) {
+	l := k.l
+	node := func(i int) int {
+		if idx == nil {
+			return i
+		}
+		return idx[i]
+	}
+	recorded := make(chan struct{})
 	ttlMS := ttl.Milliseconds()
-	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
+	need := l.quorum
+	if idx != nil {
+		need = len(idx) // regain: as many as answer in time
+	}
+	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
-			return extendScript.Run(ctx, l.nodes[i].Client, k.names.extendKeys, k.token, ttlMS).Int64()
+			return extendScript.Run(ctx, nodes[i].Client, k.names.extendKeys, k.token, ttlMS, regain).Int64()
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)
-			return ok >= l.quorum || bad+suspects > n-l.quorum
-		}, k.lateExtend)
-	ok, refused, errs := k.tally(results, missing)
-	validUntil := start.Add(ttl - drift(ttl))
-	switch {
-	case ok >= l.quorum && time.Now().Before(validUntil):
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.lost || k.released {
-			// Confirmed after the holder was told it lost the lock, or
-			// after it released it: undo the extension.
-			for _, r := range results {
-				go k.lateExtend(r) // it takes k.mu
-			}
-			return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
-		}
-		k.ttl, k.validUntil = ttl, validUntil
-		k.expiryTimer.Reset(k.untilLost())
-		if k.autoRenew {
-			k.scheduleRenew(time.Until(start.Add(ttl / 3)))
-		}
-		return nil
-	case refused > n-l.quorum:
-		return fmt.Errorf("%w: %q (%d of %d nodes no longer hold it)", ErrNotHeld, k.key, refused, n)
-	case ok >= l.quorum:
-		return fmt.Errorf("dlock: extend %q: quorum confirmed too late, no validity left", k.key)
-	default:
-		return fmt.Errorf("dlock: extend %q: quorum not confirmed (%d of %d nodes, %d needed): %w",
-			k.key, ok, n, l.quorum, errors.Join(errs...))
+			return ok >= need || bad+suspects > len(nodes)-need
+		},
+		func(r quorum.Result[int64]) {
+			<-recorded
+			k.lateAnswer(node(r.Node), effectOf(r.Err, r.Val == 1))
+		})
+	for i := range results {
+		results[i].Node = node(results[i].Node)
 	}
+	for i := range missing {
+		missing[i].Node = node(missing[i].Node)
+	}
+	return results, missing, recorded
+}
+
+// effect is what an answer shows about a command that may set the key.
+type effect int
+
+const (
+	// effNone: the command did not set the key. It was refused, or Redis
+	// answered with an error (the scripts write nothing before a step that
+	// can fail), or it was never sent.
+	effNone effect = iota
+	// effSet: the node confirmed that the command set the key.
+	effSet
+	// effUnknown: no answer. The command may have run, or may still run.
+	effUnknown
+)
+
+func effectOf(err error, set bool) effect {
+	switch {
+	case err == nil && set:
+		return effSet
+	case err == nil || !mayHaveRun(err):
+		return effNone
+	default:
+		return effUnknown
+	}
+}
+
+// recordRound records what a round's answers show, for a command that would
+// make the key hold the token until bound: the nodes of the round (idx, or
+// all) that did not answer in it are unknown until their answer comes.
+// k.mu is held.
+func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bound time.Time) {
+	answered := make([]bool, len(k.nodes))
+	for _, r := range results {
+		answered[r.Node] = true
+		k.record(r.Node, effectOf(r.Err, r.Val == 1), r.Err == nil && r.Val != 1, start, bound)
+	}
+	for i := range k.nodes {
+		if !answered[i] && (idx == nil || slices.Contains(idx, i)) {
+			k.record(i, effUnknown, false, start, bound)
+		}
+	}
+}
+
+// record notes what node i's answer to a command sent at start that would
+// make the key hold the token until bound (or the absence of an answer)
+// shows; refused is true when the node answered that the key is not ours
+// there. If the lock is already dead, the node is cleaned up instead. k.mu
+// is held.
+func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time) {
+	n := &k.nodes[i]
+	if k.lost || k.released {
+		switch e {
+		case effSet:
+			k.cleanNode(i, 1)
+		case effUnknown:
+			k.cleanNode(i, 2)
+		}
+		return
+	}
+	switch e {
+	case effSet:
+		n.until = bound
+		if n.unknown == 0 && start.After(n.settledAt) {
+			n.capAt = time.Time{}
+		}
+	case effUnknown:
+		n.unknown++
+		if bound.Before(n.until) && (n.capAt.IsZero() || bound.Before(n.capAt)) {
+			n.capAt = bound
+		}
+	default:
+		if refused {
+			n.until = time.Time{}
+		}
+	}
+}
+
+// lateAnswer records an answer that came after its round had decided.
+func (k *Lock) lateAnswer(i int, e effect) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := &k.nodes[i]
+	if k.lost || k.released {
+		switch e {
+		case effSet:
+			k.cleanNode(i, 1)
+		case effUnknown:
+			k.cleanNode(i, 2)
+		}
+		return
+	}
+	// The command has run (or never will): one fewer whose effect is
+	// unknown. What it set is not counted (its round did not count it); a
+	// cap it caused stays, since the order of its run against later commands
+	// is not known.
+	if e != effUnknown && n.unknown > 0 {
+		n.unknown--
+		if n.unknown == 0 {
+			n.settledAt = time.Now()
+		}
+	}
+}
+
+// cleanNode has node i cleaned up after the lock's death: passes is 1 where
+// the key may hold the token now, 2 where a command of the lock may still
+// run (see cleaner). A lost lock is cleaned once its key would have expired
+// anyway, so that its holder keeps the time between Lost and the expiry to
+// stop its work; a released one at once. k.mu is held.
+func (k *Lock) cleanNode(i, passes int) {
+	at := time.Now()
+	if !k.released {
+		at = k.validUntil.Add(2 * drift(k.ttl))
+	}
+	k.l.clean(i, k.names, k.token, k.ttl, passes, at, true)
+}
+
+// computeValidity is the time until which a quorum of nodes is known to hold
+// the key; k.mu is held.
+func (k *Lock) computeValidity() time.Time {
+	q := k.l.quorum
+	if len(k.nodes) == 1 {
+		return k.nodes[0].effective()
+	}
+	ts := make([]time.Time, len(k.nodes))
+	for i := range k.nodes {
+		ts[i] = k.nodes[i].effective()
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+	return ts[q-1]
+}
+
+// renewable reports whether a renewal can lengthen the validity: on a quorum
+// of nodes, no cap applies at or before it, or one that a renewal can lift.
+// k.mu is held.
+func (k *Lock) renewable() bool {
+	free := 0
+	for _, n := range k.nodes {
+		if n.capAt.IsZero() || n.capAt.After(k.validUntil) || n.unknown == 0 {
+			free++
+		}
+	}
+	return free >= k.l.quorum
 }
 
 func countOK(rs []quorum.Result[int64]) (ok, bad int) {
@@ -176,49 +480,6 @@ func countOK(rs []quorum.Result[int64]) (ok, bad int) {
 		}
 	}
 	return ok, bad
-}
-
-// tally counts a round's answers: ok (1), refused (0) and per-node errors,
-// including those of the nodes whose missing answer counted.
-func (k *Lock) tally(results []quorum.Result[int64], missing []quorum.Missing) (ok, refused int, errs []error) {
-	for _, r := range results {
-		switch {
-		case r.Err != nil:
-			errs = append(errs, &NodeError{Addr: k.l.nodes[r.Node].Addr, Err: r.Err})
-		case r.Val == 1:
-			ok++
-		default:
-			refused++
-		}
-	}
-	for _, m := range missing {
-		errs = append(errs, &NodeError{Addr: k.l.nodes[m.Node].Addr, Err: m.Err})
-	}
-	return ok, refused, errs
-}
-
-// lateExtend handles a renewal or Extend that a node confirmed after the
-// lock was lost or released: that command has extended a key that nobody
-// will renew or release, which would keep the next owner waiting a whole
-// TTL. The key (still holding this lock's token) is deleted once it would
-// have expired but for that extension: not earlier, so that the holder keeps
-// the time between Lost and the expiry to stop its work.
-func (k *Lock) lateExtend(r quorum.Result[int64]) {
-	if r.Err != nil || r.Val != 1 {
-		return
-	}
-	k.mu.Lock()
-	lost, released, ttl := k.lost, k.released, k.ttl
-	at := time.Now() // released: the holder is done
-	if lost {
-		at = k.validUntil.Add(2 * drift(ttl))
-	}
-	k.mu.Unlock()
-	if lost || released {
-		time.AfterFunc(max(time.Until(at), 0), func() {
-			k.l.releaseNodes(k.names, k.token, []int{r.Node}, ttl)
-		})
-	}
 }
 
 // scheduleRenew sets the renewal timer; k.mu is held.
@@ -236,19 +497,21 @@ func (k *Lock) scheduleRenew(d time.Duration) {
 // renew is the auto-renewal, run by the renewal timer.
 func (k *Lock) renew() {
 	l := k.l
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.track() {
 		return
 	}
-	l.wg.Add(1)
-	l.mu.Unlock()
 	defer l.wg.Done()
-
-	k.opMu.Lock()
-	defer k.opMu.Unlock()
+	select {
+	case k.ops <- struct{}{}:
+	case <-l.renewCtx.Done():
+		return
+	}
+	defer func() { <-k.ops }()
 	k.mu.Lock()
-	if k.lost || k.released {
+	if k.lost || k.released || !k.renewable() {
+		// A lock whose validity is capped (an unconfirmed Extend to a
+		// shorter TTL) ends at that cap: renewing it would only keep its
+		// key in Redis past Lost.
 		k.mu.Unlock()
 		return
 	}
@@ -258,23 +521,10 @@ func (k *Lock) renew() {
 	// A renewal is worth waiting for until the current validity runs out (a
 	// slow but confirmed renewal still keeps the lock); the round decides as
 	// soon as a quorum confirms, so a frozen minority does not slow it.
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(context.Background(), validUntil)
+	// Close cancels it.
+	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
 	defer cancel()
-	err := k.extendRound(ctx, ttl, start, time.Until(validUntil))
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotHeld):
-		k.markLost()
-	default:
-		// Transient: try again soon, until the validity runs out (then the
-		// expiry timer reports the loss).
-		k.mu.Lock()
-		if !k.lost && !k.released {
-			k.scheduleRenew(min(max(time.Until(k.validUntil)/4, time.Millisecond), l.nodeTimeout(ttl)))
-		}
-		k.mu.Unlock()
-	}
+	_ = k.extendRound(ctx, ttl, time.Until(validUntil))
 }
 
 // untilLost is how long until the lost-lock signal is due: the end of the
@@ -303,11 +553,14 @@ func (k *Lock) checkExpiry() {
 		return
 	}
 	k.mu.Unlock()
-	k.markLost()
+	k.markLost(ErrLockLost)
 }
 
-// markLost records that ownership ended while held and tells the holder.
-func (k *Lock) markLost() {
+// markLost records that ownership ended while held and tells the holder:
+// Lost closes, and the functions registered with onLost run with cause. The
+// nodes where the key may still hold the token, or where a command of the
+// lock may still run, are cleaned up once the key would have expired anyway.
+func (k *Lock) markLost(cause error) {
 	k.mu.Lock()
 	if k.lost || k.released {
 		k.mu.Unlock()
@@ -316,22 +569,20 @@ func (k *Lock) markLost() {
 	k.lost = true
 	close(k.lostCh)
 	k.stopTimers()
+	for i, n := range k.nodes {
+		switch {
+		case n.unknown > 0:
+			k.cleanNode(i, 2)
+		case !n.until.IsZero():
+			k.cleanNode(i, 1)
+		}
+	}
 	fns := k.onLostFns
 	k.onLostFns = nil
 	k.mu.Unlock()
 	k.forget()
 	for _, f := range fns {
-		f()
-	}
-}
-
-// stopRenewal stops auto-renewal (Locker.Close): the lock stays held until its
-// validity runs out.
-func (k *Lock) stopRenewal() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.renewTimer != nil {
-		k.renewTimer.Stop()
+		f(cause)
 	}
 }
 
@@ -339,7 +590,9 @@ func (k *Lock) stopTimers() {
 	if k.renewTimer != nil {
 		k.renewTimer.Stop()
 	}
-	k.expiryTimer.Stop()
+	if k.expiryTimer != nil {
+		k.expiryTimer.Stop()
+	}
 }
 
 func (k *Lock) forget() {
@@ -348,28 +601,19 @@ func (k *Lock) forget() {
 	k.l.mu.Unlock()
 }
 
-// onLost registers f to run when the lock is lost (not when it is released).
-func (k *Lock) onLost(f func()) {
+// onLost registers f to run when the lock is lost (not when it is released),
+// with the cause of the loss.
+func (k *Lock) onLost(f func(cause error)) {
 	k.mu.Lock()
 	if k.lost {
 		k.mu.Unlock()
-		f()
+		f(ErrLockLost)
 		return
 	}
 	if !k.released {
 		k.onLostFns = append(k.onLostFns, f)
 	}
 	k.mu.Unlock()
-}
-
-// needsLateRelease reports whether an acquisition that node i confirmed
-// after the round must be released there: yes once the lock was released,
-// unless Release's own call to that node deleted the key (then the late
-// acquisition ran before it).
-func (k *Lock) needsLateRelease(i int) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.released && !(i < len(k.deletedOn) && k.deletedOn[i])
 }
 
 func (k *Lock) wasLost() bool {
@@ -380,25 +624,49 @@ func (k *Lock) wasLost() bool {
 
 // Release gives the lock up: it stops the renewal, closes Lost, and deletes
 // the key on every node (only where it still holds this lock's token),
-// waking the next waiter. It runs on a context detached from ctx's
-// cancellation, with its own timeout, so that a cancelled caller does not
-// leave the lock behind.
+// waking the next waiter. It waits for every node that is answering (not for
+// one that recently did not answer in time), so that when it returns the lock
+// can be taken again at once; a node it did not wait for is cleaned up in the
+// background when it answers again. It runs on a context detached from ctx's
+// cancellation, with its own timeout (the node timeout, at least 100ms), so
+// that a cancelled caller does not leave the lock behind.
 //
 // It returns nil when a quorum confirmed the release, and an error wrapping
-// ErrNotHeld if the lock had been lost (Lost had fired) or a quorum said it
-// no longer held it: work done under the lock may then have overlapped
-// another owner's. Any other error means the release could not be confirmed;
-// the key then expires after its TTL, and Release may be called again.
-// Release after a successful Release returns nil.
+// ErrNotHeld if the lock had been lost (Lost had fired, or the Locker was
+// closed) or a quorum said it no longer held it: work done under the lock
+// may then have overlapped another owner's. Any other error means the
+// release could not be confirmed; the key then expires after its TTL, and
+// Release may be called again. Calls made while a Release is under way wait
+// for it and return its outcome; Release after a successful Release returns
+// nil. Release on a nil *Lock returns an error wrapping ErrNotHeld.
 func (k *Lock) Release(ctx context.Context) error {
-	k.mu.Lock()
-	if k.released && (k.releaseErr == nil || errors.Is(k.releaseErr, ErrNotHeld)) {
-		err := k.releaseErr
-		k.mu.Unlock()
-		return err
+	if k == nil {
+		return fmt.Errorf("%w: Release on a nil *Lock", ErrNotHeld)
 	}
+	return k.release(ctx).err
+}
+
+func (k *Lock) release(ctx context.Context) *releaseRound {
+	k.mu.Lock()
+	if r := k.rel; r != nil {
+		select {
+		case <-r.done:
+			if r.err == nil || errors.Is(r.err, ErrNotHeld) {
+				k.mu.Unlock()
+				return r
+			}
+			// Not confirmed: try again.
+		default:
+			k.mu.Unlock()
+			<-r.done
+			return r
+		}
+	}
+	r := &releaseRound{done: make(chan struct{})}
+	k.rel = r
 	wasLost := k.lost
-	if !k.released {
+	first := !k.released
+	if first {
 		k.released = true
 		if !k.lost {
 			close(k.lostCh)
@@ -408,44 +676,72 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	ttl := k.ttl
 	k.mu.Unlock()
-	k.forget()
+	if first {
+		k.forget()
+	}
+	r.roundErr = k.releaseRound(context.WithoutCancel(ctx), ttl)
+	r.err = r.roundErr
+	if wasLost {
+		r.err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
+	}
+	close(r.done)
+	return r
+}
 
+// releaseRound deletes the key on every node where it holds the token, and
+// has the nodes it could not confirm, or where a command of the lock may
+// still run, cleaned up in the background.
+func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
-	// Decide as soon as the outcome is known: a node that has not answered
-	// by then still gets the release, on a context that is not cancelled
-	// when Release returns (only by the round's own timeout), so that a
-	// slow node is not left holding the key.
-	results, missing := quorum.Fanout(context.WithoutCancel(ctx), l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
+	results, missing := quorum.Fanout(ctx, l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
 		func(ctx context.Context, i int) (int64, error) {
 			return l.runRelease(ctx, i, k.names, k.token, "", true)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
-			ok, bad := countOK(rs)
-			return ok >= l.quorum || bad+suspects > n-l.quorum
+			// Every node that is answering: a node left holding the key
+			// would refuse an acquisition made right after Release.
+			return len(rs)+suspects >= n
 		}, nil)
-	ok, refused, errs := k.tally(results, missing)
-	var err error
-	switch {
-	case wasLost:
-		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
-	case ok >= l.quorum:
-	case refused > n-l.quorum:
-		err = fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, refused, n)
-	default:
-		err = fmt.Errorf("dlock: release %q: not confirmed by a quorum (%d of %d nodes, %d needed), the key expires after its TTL: %w",
-			k.key, ok, n, l.quorum, errors.Join(errs...))
+	ok, refused := 0, 0
+	var errs []error
+	answered := make([]bool, n)
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			errs = append(errs, l.nodeErr(r.Node, r.Err))
+		case r.Val == 1:
+			ok++
+		default:
+			refused++
+		}
+		answered[r.Node] = r.Err == nil
+	}
+	for _, m := range missing {
+		errs = append(errs, l.nodeErr(m.Node, m.Err))
 	}
 	k.mu.Lock()
-	k.releaseErr = err
-	if k.deletedOn == nil {
-		k.deletedOn = make([]bool, n)
-	}
-	for _, r := range results {
-		if r.Err == nil && r.Val == 1 {
-			k.deletedOn[r.Node] = true
+	for i, nl := range k.nodes {
+		switch {
+		case answered[i] && nl.unknown > 0:
+			// One answered release ran; a command that may still run
+			// needs one more (see cleaner).
+			k.cleanNode(i, 1)
+		case answered[i]:
+		case nl.unknown > 0:
+			k.cleanNode(i, 2)
+		case !nl.until.IsZero():
+			k.cleanNode(i, 1)
 		}
 	}
 	k.mu.Unlock()
-	return err
+	switch {
+	case ok >= l.quorum:
+		return nil
+	case refused > n-l.quorum:
+		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, refused, n)
+	default:
+		return fmt.Errorf("dlock: release %q: not confirmed by a quorum (%d of %d nodes, %d needed), the key expires after its TTL: %w",
+			k.key, ok, n, l.quorum, errors.Join(errs...))
+	}
 }

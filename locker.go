@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
@@ -40,20 +39,36 @@ type Locker struct {
 	reserveArg string
 	seq        atomic.Uint64
 	subs       []*subscriber
+	// retentionArg is the fence retention in milliseconds, as the scripts
+	// take it.
+	retentionArg string
+	cleaners     []*cleaner // per node
 
-	mu     sync.Mutex
-	keys   map[string]*keyState
-	locks  map[*Lock]struct{}
-	closed bool
-	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
+	// renewCtx is cancelled when Close begins: renewals under way stop.
+	renewCtx    context.Context
+	renewCancel context.CancelFunc
+	// bg is cancelled when Close ends: background clean-up stops.
+	bg       context.Context
+	bgCancel context.CancelFunc
+
+	mu      sync.Mutex
+	keys    map[string]*keyState
+	locks   map[*Lock]struct{}
+	closed  bool
+	stopped bool          // Close is waiting for the tracked goroutines
+	done    chan struct{} // closed by Close
+	wg      sync.WaitGroup
 }
 
 // New returns a Locker on one Redis deployment: a standalone server, a
 // Sentinel-managed master or a Cluster, through any go-redis v9 client. It is
-// a Redlock quorum of one. New panics if client is nil; an invalid Option is
-// reported by the Locker's methods. Close the Locker when done; it does not
-// close client.
+// a Redlock quorum of one. New panics if client is nil; an invalid Option, or
+// a *redis.Ring (see below), is reported by the Locker's methods as an error
+// wrapping ErrInvalid. Close the Locker when done; it does not close client.
+//
+// A *redis.Ring is refused: it moves a key to another shard when a shard
+// fails or returns, so two owners could each hold the lock on a different
+// shard. Give NewRedlock one client per shard instead, or use a Cluster.
 //
 // Every call to Redis is bounded by the node timeout whatever the client's
 // settings. A client built with ContextTimeoutEnabled applies context
@@ -73,7 +88,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 // validity, so the loss of a minority of nodes is survived. The clients must
 // reach distinct deployments that do not replicate to each other. It
 // returns an error wrapping ErrInvalid for an empty list, a nil client, the
-// same client twice, or an invalid Option. Close the Locker when done; it
+// same client twice, a *redis.Ring (see New), or an invalid Option. Close the Locker when done; it
 // does not close the clients.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
@@ -97,10 +112,15 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 }
 
 func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
-	cfg := lockerConfig{prefix: DefaultPrefix}
+	cfg := lockerConfig{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
+		}
+	}
+	for i, c := range clients {
+		if _, ring := c.(*redis.Ring); ring && cfg.err == nil {
+			cfg.err = invalid("client %d is a *redis.Ring, which moves keys between shards when one fails, so a lock could be held twice: use NewRedlock with one client per shard, or a Cluster", i)
 		}
 	}
 	l := &Locker{
@@ -117,19 +137,30 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		l.reserve = reserveFor
 	}
 	l.reserveArg = strconv.FormatInt(l.reserve.Milliseconds(), 10)
+	l.retentionArg = strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10)
+	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	for i, c := range clients {
 		l.nodes = append(l.nodes, quorum.NewNode(c, "node "+strconv.Itoa(i)))
 		l.subs = append(l.subs, &subscriber{l: l, node: i})
+		l.cleaners = append(l.cleaners, &cleaner{l: l, node: i, jobs: make(map[string]*cleanup), kick: make(chan struct{}, 1)})
 	}
 	return l
 }
 
-// Close ends the Locker: it unsubscribes, stops the renewal of every lock it
-// holds (each stays held until its current validity runs out, then its Lost
-// channel closes; the keys expire in Redis after their TTL unless
-// released), and makes waiting and future Acquire calls return an
-// error wrapping ErrNotAcquired and ErrClosed. Release still works on locks
-// of a closed Locker. Close does not close the Redis clients. It is
+// Close ends the Locker. Waiting Acquire calls, and later Acquire,
+// TryAcquire and Do calls, return an error wrapping ErrClosed. Renewals stop.
+// Every lock the Locker holds is given up so that the rest of the fleet is
+// not kept waiting for a TTL: its holder is told first (Lost closes, and the
+// context Do passes on is cancelled with a cause wrapping ErrLockLost and
+// ErrClosed), then its key is released as by Release (bounded by the node
+// timeout, on a context of its own). Release on such a lock afterwards
+// returns an error wrapping ErrNotHeld. Close then unsubscribes and stops
+// the background clean-up of keys that unanswered commands may have left
+// (on a node that is still frozen, they expire after their TTL).
+//
+// Close returns the errors of releases that could not be confirmed and of
+// the unsubscriptions, joined. It does not close the Redis clients. It is
 // idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -144,14 +175,30 @@ func (l *Locker) Close() error {
 		locks = append(locks, k)
 	}
 	l.mu.Unlock()
+	l.renewCancel()
 
-	for _, k := range locks {
-		k.stopRenewal()
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i, k := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The holder first, the key after: nobody else may take the
+			// lock while its holder still works under it.
+			k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+			if r := k.release(context.Background()); r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld) {
+				errs[i] = r.roundErr
+			}
+		}()
 	}
-	var errs []error
+	wg.Wait()
 	for _, s := range l.subs {
 		errs = append(errs, s.close())
 	}
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	l.bgCancel()
 	l.wg.Wait()
 	for _, n := range l.nodes {
 		n.Close()
@@ -159,12 +206,12 @@ func (l *Locker) Close() error {
 	return errors.Join(errs...)
 }
 
-// spawn runs fn on a goroutine that Close waits for (once Close has begun,
-// on one it does not wait for). Used for clean-up that must not be lost:
-// releases of partial acquisitions, leaving the waiting queue.
+// spawn runs fn on a goroutine that Close waits for (once Close has begun
+// waiting, on one it does not wait for). Used for clean-up that must not be
+// lost: releases of partial acquisitions, leaving the waiting queue.
 func (l *Locker) spawn(fn func()) {
 	l.mu.Lock()
-	tracked := !l.closed
+	tracked := !l.stopped
 	if tracked {
 		l.wg.Add(1)
 	}
@@ -177,6 +224,23 @@ func (l *Locker) spawn(fn func()) {
 	}()
 }
 
+// track counts a renewal as running, so that Close waits for it; it reports
+// false once the Locker is closed (the renewal must not start).
+func (l *Locker) track() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+// nodeErr is node i's failure, for an error message.
+func (l *Locker) nodeErr(i int, err error) error {
+	return &NodeError{Addr: l.nodes[i].Addr, Err: err}
+}
+
 func (l *Locker) isClosed() bool {
 	select {
 	case <-l.done:
@@ -186,18 +250,31 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-// names are the Redis keys of one lock (DESIGN §3). They share the hash tag
-// {key}, so that every script touches one Cluster slot.
+// names are the Redis keys of one lock (DESIGN §3). They share a hash tag,
+// so that every script touches one Cluster slot.
 type names struct {
 	lock, fence, waiters, leases string
 	// The KEYS of acquire.lua, release.lua and extend.lua.
 	acquireKeys, releaseKeys, extendKeys []string
 }
 
+// tagEscape starts the hash tag of a key that begins with '}' or with
+// tagEscape itself. Redis hashes the text between the first '{' and the
+// first '}' after it, and hashes the whole name when that text is empty: the
+// lock "}x" as "dlock:{}x}" would put each of its keys in a different slot.
+// "dlock:{\x00}x}" has the tag "\x00". Escaping the keys that begin with the
+// escape too keeps names distinct; every other key keeps the plain name
+// "dlock:{K}". (The prefix cannot contain braces: see WithPrefix.)
+const tagEscape = "\x00"
+
 func (l *Locker) names(key string) *names {
+	tag := key
+	if key[0] == '}' || key[0] == tagEscape[0] {
+		tag = tagEscape + key
+	}
 	// One string holds all four names, which are slices of it: a lock's
 	// names cost one allocation, not four.
-	lock := l.cfg.prefix + "{" + key + "}"
+	lock := l.cfg.prefix + "{" + tag + "}"
 	all := lock + ":fence" + lock + ":waiters" + lock + ":wexp"
 	w := len(lock) + len(":fence")       // where the waiters' name starts
 	e := w + len(lock) + len(":waiters") // where the leases' name starts
@@ -294,13 +371,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	case <-l.done:
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 	}
-	acquired := false
-	defer func() {
-		<-ks.head
-		if !acquired {
-			l.leaveQueue(ks)
-		}
-	}()
+	defer func() { <-ks.head }()
 
 	timerWakes, splits := 0, 0
 	var timer *time.Timer
@@ -321,7 +392,6 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		ready := l.inboxReady()
 		k, res := l.attempt(ctx, key, cfg, ks, ready)
 		if k != nil {
-			acquired = true
 			return k, nil
 		}
 		if ctx.Err() != nil {
@@ -393,8 +463,10 @@ func fallback(n int) time.Duration {
 
 // Do acquires the lock named key (waiting, as Acquire), runs fn while holding
 // it and releases it, even if fn panics. The context passed to fn is
-// cancelled, with cause ErrLockLost, as soon as the lock is lost, and when
-// ctx ends. Do returns the Acquire error if the lock was not acquired (fn did
+// cancelled, with a cause wrapping ErrLockLost, as soon as the lock is lost
+// (also when the Locker is closed), when ctx ends, and when fn returns,
+// before the lock is released, so that goroutines fn started cannot outlive
+// the lock unnoticed. Do returns the Acquire error if the lock was not acquired (fn did
 // not run); otherwise fn's error, joined with ErrLockLost if the lock was lost
 // before fn returned, or with the Release error if the release could not be
 // confirmed (fn ran; the lock then expires after its TTL).
@@ -407,10 +479,12 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	k.onLost(func() { cancel(ErrLockLost) })
+	k.onLost(func(cause error) { cancel(cause) })
 
 	defer func() {
+		// fn's context ends before the lock is released: goroutines fn
+		// left behind must not go on as if they held it.
+		cancel(errDoReturned)
 		lost := k.wasLost()
 		rerr := k.Release(context.WithoutCancel(ctx))
 		switch {
@@ -444,10 +518,15 @@ func parseAcquire(v any) (acquireReply, error) {
 		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	flag, _ := arr[0].(int64)
-	n, _ := arr[1].(int64)
 	if flag == 1 {
-		return acquireReply{ok: true, fence: uint64(n)}, nil
+		// The fence comes as a decimal string: exact for any 64-bit value.
+		f, err := parseUint(arr[1])
+		if err != nil {
+			return acquireReply{}, fmt.Errorf("unexpected fence in acquire reply %v: %w", v, err)
+		}
+		return acquireReply{ok: true, fence: f}, nil
 	}
+	n, _ := arr[1].(int64)
 	r := acquireReply{pttl: n}
 	if len(arr) > 2 {
 		switch p := arr[2].(type) {
@@ -460,13 +539,32 @@ func parseAcquire(v any) (acquireReply, error) {
 	return r, nil
 }
 
+// parseUint reads a counter that a script returned as a string (or, from an
+// older script, an integer).
+func parseUint(v any) (uint64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseUint(x, 10, 64)
+	case int64:
+		if x < 0 {
+			return 0, fmt.Errorf("negative counter %d", x)
+		}
+		return uint64(x), nil
+	}
+	return 0, fmt.Errorf("counter of type %T", v)
+}
+
 // attemptResult says why an attempt failed.
 type attemptResult struct {
-	granted  int
-	refused  int
-	pttl     time.Duration // shortest positive remaining TTL of the holder, or 0
+	granted int
+	refused int
+	// pttl is the shortest remaining TTL of the holder (at least 1ms: a key
+	// that expires within the millisecond is timed as 1ms), or 0 when no
+	// holder's TTL can time the wait.
+	pttl     time.Duration
 	nodeErrs []error
 	late     bool // quorum reached but no validity left, or the fence raise failed
+	closed   bool // acquired while the Locker was closed, and given back
 	// notWaited counts suspect nodes the round decided without: their
 	// answers, arriving after it, may show they are back.
 	notWaited int
@@ -482,6 +580,9 @@ func (r attemptResult) err(key string, ctx context.Context) error {
 			return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotAcquired, key, ctx.Err(), errors.Join(r.nodeErrs...))
 		}
 		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
+	}
+	if r.closed {
+		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
 	}
 	if r.late {
 		return fmt.Errorf("%w: %q: quorum reached too late, no validity left", ErrNotAcquired, key)
@@ -500,6 +601,12 @@ func (r attemptResult) err(key string, ctx context.Context) error {
 // attempt runs one acquisition round on every node. ks is nil for an attempt
 // that must not register as a waiter; otherwise it registers on the nodes
 // where ready says the Locker's inbox is subscribed.
+//
+// Whatever the outcome, no key is left behind by it: on failure the nodes
+// that granted, and those that did not answer (they may run the command when
+// they resume), are cleaned up in the background (see cleaner); on success
+// the lock records the nodes that did not answer, and cleans them up when it
+// dies.
 func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState, ready []bool) (*Lock, attemptResult) {
 	token := newToken()
 	ttlMS := cfg.ttl.Milliseconds()
@@ -520,16 +627,20 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	res := attemptResult{quorum: l.quorum, nodes: n}
 
 	// decided is closed once the attempt's outcome is known (k is set if it
-	// succeeded). A node that answers after the round may have set the key
-	// after all: release it there if the attempt failed, or if the lock was
-	// released meanwhile (Release reaches every node, but a node that was
-	// frozen may run this late command after the release).
+	// succeeded). An answer that comes after the round goes to the lock, or
+	// has the node cleaned up if the attempt failed.
 	decided := make(chan struct{})
 	var k *Lock
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
-		if (r.Err != nil || r.Val.ok) && (k == nil || k.needsLateRelease(r.Node)) {
-			l.releaseNodes(nm, token, []int{r.Node}, cfg.ttl)
+		e := effectOf(r.Err, r.Val.ok)
+		switch {
+		case k != nil:
+			k.lateAnswer(r.Node, e)
+		case e == effSet:
+			l.clean(r.Node, nm, token, cfg.ttl, 1, time.Now(), true)
+		case e == effUnknown:
+			l.clean(r.Node, nm, token, cfg.ttl, 2, time.Now(), true)
 		}
 	}
 
@@ -541,7 +652,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 				reg = regs[i]
 			}
 			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys,
-				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh).Result()
+				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -564,10 +675,16 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 
 	var fence uint64
 	var grantedNodes []int
+	// effects: what each node's answer (or its absence) shows.
+	effects := make([]effect, n)
+	for i := range effects {
+		effects[i] = effUnknown
+	}
 	for _, r := range results {
+		effects[r.Node] = effectOf(r.Err, r.Val.ok)
 		switch {
 		case r.Err != nil:
-			res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err})
+			res.nodeErrs = append(res.nodeErrs, l.nodeErr(r.Node, r.Err))
 		case r.Val.ok:
 			res.granted++
 			grantedNodes = append(grantedNodes, r.Node)
@@ -575,9 +692,13 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		default:
 			res.refused++
 			// A reservation for a woken waiter (pttl -3) or a key without
-			// expiry (-1) does not time the wait.
-			if p := time.Duration(r.Val.pttl) * time.Millisecond; p > 0 && (res.pttl == 0 || p < res.pttl) {
-				res.pttl = p
+			// expiry (-1) does not time the wait; 0 means the key expires
+			// within the millisecond.
+			if r.Val.pttl >= 0 {
+				p := max(time.Duration(r.Val.pttl)*time.Millisecond, time.Millisecond)
+				if res.pttl == 0 || p < res.pttl {
+					res.pttl = p
+				}
 			}
 			if ks != nil {
 				ks.registered(r.Node, regs[r.Node], r.Val.pos)
@@ -585,7 +706,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		}
 	}
 	for _, m := range missing {
-		res.nodeErrs = append(res.nodeErrs, &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err})
+		res.nodeErrs = append(res.nodeErrs, l.nodeErr(m.Node, m.Err))
 		if errors.Is(m.Err, quorum.ErrNotWaited) {
 			res.notWaited++
 		}
@@ -599,7 +720,22 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
 		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
-			k = l.newLock(key, nm, token, fence, cfg, start)
+			leases := make([]nodeLease, n)
+			for i, e := range effects {
+				switch e {
+				case effSet:
+					leases[i].until = validUntil
+				case effUnknown:
+					leases[i].unknown = 1
+				}
+			}
+			k = l.newLock(key, nm, token, fence, cfg, leases)
+			if !k.start(start) {
+				// Closed meanwhile: give it back.
+				k.release(context.Background())
+				k = nil
+				res.closed = true
+			}
 		} else {
 			res.late = true
 		}
@@ -607,21 +743,15 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if k == nil {
 		// Release wherever the key may have been set: granted nodes, and
 		// nodes whose answer was lost or late.
-		answered := make([]bool, n)
-		var cleanup []int
-		for _, r := range results {
-			answered[r.Node] = true
-			if r.Err != nil || r.Val.ok {
-				cleanup = append(cleanup, r.Node)
+		now := time.Now()
+		for i, e := range effects {
+			switch {
+			case res.closed:
+			case e == effSet:
+				l.clean(i, nm, token, cfg.ttl, 1, now, false)
+			case e == effUnknown:
+				l.clean(i, nm, token, cfg.ttl, 2, now, true)
 			}
-		}
-		for i, a := range answered {
-			if !a {
-				cleanup = append(cleanup, i)
-			}
-		}
-		if len(cleanup) > 0 {
-			l.releaseNodes(nm, token, cleanup, cfg.ttl)
 		}
 	} else if ks != nil {
 		if member, stale := ks.acquired(grantedNodes); len(stale) > 0 {
@@ -652,21 +782,27 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 	}
 	need := l.quorum - confirmed
 	fenceKey := []string{nm.fence}
+	want := strconv.FormatUint(fence, 10)
+	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
-		func(ctx context.Context, i int) (int64, error) {
-			return raiseScript.Run(ctx, l.nodes[low[i]].Client, fenceKey, strconv.FormatUint(fence, 10)).Int64()
+		func(ctx context.Context, i int) (uint64, error) {
+			v, err := raiseScript.Run(ctx, l.nodes[low[i]].Client, fenceKey, want, l.retentionArg).Result()
+			if err != nil {
+				return 0, err
+			}
+			return parseUint(v)
 		},
-		func(rs []quorum.Result[int64], _ int) bool {
+		func(rs []quorum.Result[uint64], _ int) bool {
 			ok := 0
 			for _, r := range rs {
-				if r.Err == nil && r.Val >= int64(min(fence, math.MaxInt64)) {
+				if raised(r) {
 					ok++
 				}
 			}
 			return ok >= need || len(rs)-ok > len(low)-need
 		}, nil)
 	for _, r := range rs {
-		if r.Err == nil && uint64(r.Val) >= fence {
+		if raised(r) {
 			confirmed++
 		}
 	}
@@ -679,31 +815,6 @@ func (l *Locker) subset(idx []int) []*quorum.Node {
 		ns[i] = l.nodes[j]
 	}
 	return ns
-}
-
-// releaseNodes releases the lock held with token on the given nodes, in the
-// background, on a context of its own: used to clean up after a failed or
-// cancelled attempt, which must not leave keys behind because the caller's
-// context ended.
-func (l *Locker) releaseNodes(nm *names, token string, nodes []int, ttl time.Duration) {
-	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), max(l.nodeTimeout(ttl), 100*time.Millisecond))
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, i := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					// On one Redis a failed attempt only ever holds the
-					// key when its answer was lost: waiters may be
-					// sleeping on its TTL, so wake one.
-					return l.runRelease(ctx, i, nm, token, "", len(l.nodes) == 1)
-				})
-			}()
-		}
-		wg.Wait()
-	})
 }
 
 // callNode runs fn on node i, bounded by ctx alone.

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"strings"
 	"time"
 )
 
@@ -47,22 +48,60 @@ const (
 	// waiter never drops out (it rewrites its registration when a third of
 	// the lease is gone), while a dead one is skipped after it.
 	waiterLease = 3 * time.Minute
+
+	// DefaultFenceRetention is how long a lock's fence counter is kept after
+	// the last acquisition (see WithFenceRetention).
+	DefaultFenceRetention = 24 * time.Hour
+
+	// maxCleanups bounds, per node, the clean-ups waiting for a node that
+	// does not answer (see cleaner): beyond it the oldest are dropped, and
+	// their keys expire after their TTL.
+	maxCleanups = 10000
 )
 
 // Option configures a Locker.
 type Option func(*lockerConfig)
 
 type lockerConfig struct {
-	prefix      string
-	nodeTimeout time.Duration
-	err         error
+	prefix         string
+	nodeTimeout    time.Duration
+	fenceRetention time.Duration
+	err            error
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the Locker uses
 // (default "dlock:"). Lockers that must exclude each other need the same
-// prefix.
+// prefix. A prefix may not contain '{' or '}': the lock's name supplies the
+// Cluster hash tag that keeps all of a lock's keys in one slot, and braces in
+// the prefix would take its place (or, with "{}", leave none); such a prefix
+// is an error wrapping ErrInvalid, reported by NewRedlock and by the methods
+// of a Locker made by New.
 func WithPrefix(prefix string) Option {
-	return func(c *lockerConfig) { c.prefix = prefix }
+	return func(c *lockerConfig) {
+		if strings.ContainsAny(prefix, "{}") {
+			c.err = invalid("prefix %q contains a brace; braces would break the Cluster hash tag of the lock's keys", prefix)
+			return
+		}
+		c.prefix = prefix
+	}
+}
+
+// WithFenceRetention sets how long a lock's fence counter is kept in Redis
+// after its last acquisition (default 24h, in whole milliseconds), so that a
+// service that locks one name per entity does not leave a key per name
+// behind forever. A counter that is gone (expired, evicted, or lost in a
+// restart without data) starts again from the server's time in
+// microseconds, which is above every fence issued before as long as the
+// server's clock has not stepped back meanwhile: see Lock.Fence.
+// d < 1ms is an error wrapping ErrInvalid.
+func WithFenceRetention(d time.Duration) Option {
+	return func(c *lockerConfig) {
+		if d < time.Millisecond {
+			c.err = invalid("fence retention must be at least 1ms, got %s", d)
+			return
+		}
+		c.fenceRetention = d.Truncate(time.Millisecond)
+	}
 }
 
 // WithNodeTimeout bounds how long one round waits for a node (default: a

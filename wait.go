@@ -73,6 +73,13 @@ func (l *Locker) keyState(key string) *keyState {
 	return ks
 }
 
+// putKeyState drops a reference to ks. The last goroutine to leave, if it
+// did not take the lock, removes the process's registration from the
+// nodes' waiting sets (handing on a reservation made for it): whether it
+// gave up at the head of the local queue or behind it, and however many gave
+// up at once, no registration outlives the Acquire calls that made it. While
+// other goroutines of the Locker still wait for the key, the registration
+// stays: it is theirs.
 func (l *Locker) putKeyState(ks *keyState) {
 	l.mu.Lock()
 	ks.refs--
@@ -81,10 +88,15 @@ func (l *Locker) putKeyState(ks *keyState) {
 		delete(l.keys, ks.key)
 	}
 	l.mu.Unlock()
-	if last {
-		ks.mu.Lock()
-		ks.stopStandIn()
-		ks.mu.Unlock()
+	if !last {
+		return
+	}
+	ks.mu.Lock()
+	member, nodes := ks.member, ks.queuedNodes()
+	ks.reset(len(nodes) > 0)
+	ks.mu.Unlock()
+	if len(nodes) > 0 {
+		l.leaveNodes(ks.names, member, nodes)
 	}
 }
 
@@ -202,9 +214,20 @@ func (ks *keyState) woken() {
 func (ks *keyState) standInFor() {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if ks.standIn == nil {
-		ks.standIn = time.AfterFunc(ks.l.standIn(), ks.signal)
+	if ks.standIn != nil {
+		return // already standing in
 	}
+	var t *time.Timer
+	t = time.AfterFunc(ks.l.standIn(), func() {
+		// Fired: the next stand-in message must start a new one.
+		ks.mu.Lock()
+		if ks.standIn == t {
+			ks.standIn = nil
+		}
+		ks.mu.Unlock()
+		ks.signal()
+	})
+	ks.standIn = t
 }
 
 // stopStandIn cancels standing in; ks.mu is held.
@@ -212,26 +235,6 @@ func (ks *keyState) stopStandIn() {
 	if ks.standIn != nil {
 		ks.standIn.Stop()
 		ks.standIn = nil
-	}
-}
-
-// leaveQueue runs when a waiting Acquire gives up. If no other goroutine of
-// this Locker waits for the key, the process's registration is removed from
-// every node's waiting set, and a reservation made for it is handed on to the
-// next waiter, so that giving up never stalls the others.
-func (l *Locker) leaveQueue(ks *keyState) {
-	l.mu.Lock()
-	others := ks.refs > 1
-	l.mu.Unlock()
-	if others {
-		return
-	}
-	ks.mu.Lock()
-	member, nodes := ks.member, ks.queuedNodes()
-	ks.reset(len(nodes) > 0)
-	ks.mu.Unlock()
-	if len(nodes) > 0 {
-		l.leaveNodes(ks.names, member, nodes)
 	}
 }
 

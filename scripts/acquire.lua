@@ -1,7 +1,7 @@
 -- acquire.lua: take the lock if it is free, or already ours, or reserved for us.
 --
 -- KEYS[1] lock key       prefix{K}
--- KEYS[2] fence counter  prefix{K}:fence   (never expires)
+-- KEYS[2] fence counter  prefix{K}:fence   (expires ARGV[8] ms after the last acquisition)
 -- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
 -- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
 -- ARGV[1] token          the caller's owner token
@@ -11,29 +11,56 @@
 -- ARGV[4] waiter lease   ms a registration lives without being refreshed
 -- ARGV[5] position       the waiter's queue position from an earlier reply, "0" for new
 -- ARGV[6] queued         "1" if the waiter may sit in the waiting set (remove it on success)
--- ARGV[7] refresh        "1" to write the registration on failure even if
---                        ARGV[5] is known (it was popped, or its lease is old)
+-- ARGV[7] refresh        "1" to write the registration on failure even if it
+--                        is still there (it was popped, or its lease is old)
+-- ARGV[8] retention      ms the fence counter lives after this acquisition
 --
--- Returns {1, fence} on success. The fence is INCR of the counter; when the
--- lock already holds ARGV[1] (a retried command whose first reply was lost) the
--- TTL is reset and the current counter is returned without a second INCR.
+-- Returns {1, fence} on success, the fence as a decimal string. The fence is
+-- the counter + 1 (INCR) while the counter exists, and the server's time in
+-- microseconds when it does not (first use, or the counter was lost: a
+-- restart without data, an eviction, its retention running out). An
+-- increment takes a script run of more than a microsecond, so the counter
+-- never runs ahead of the server's clock, and a counter started again from
+-- the clock is larger than every fence issued before, as long as the clock
+-- has not stepped back. The arithmetic is exact: INCR's result is read back
+-- as a string, never through a Lua number (a double, exact only below 2^53).
+-- Nothing is written before the steps that can fail (a counter that is not a
+-- positive decimal integer, INCR at 2^63-1), so a failed call changes nothing.
+-- When the lock already holds ARGV[1] (a retried command whose first reply
+-- was lost) the TTL is reset and the current counter is returned without a
+-- second increment.
 -- Returns {0, pttl, position} on failure: pttl is the holder's remaining TTL in
--- ms (-1 when the key has no expiry, -3 when it is reserved for a woken
--- waiter, so the wait should not be timed by it); position is the caller's
--- queue position when it is registered as a waiter, else 0.
+-- ms (0 when it expires within the millisecond, -1 when the key has no expiry,
+-- -3 when it is reserved for a woken waiter, so the wait should not be timed
+-- by it); position is the caller's queue position when it is registered as a
+-- waiter, else 0. A waiter whose registration vanished (a restart, an
+-- eviction, a flush) is registered again.
 --
 -- A value "~WAITER" is a reservation made by release.lua: only that waiter
 -- may take the lock until the reservation's short TTL runs out.
 local v = redis.call('GET', KEYS[1])
 local waiter = ARGV[3]
 if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local fence
+  local fence = false
   if v == ARGV[1] then
-    fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  else
-    fence = redis.call('INCR', KEYS[2])
+    fence = redis.call('GET', KEYS[2])
   end
+  if not fence then
+    local c = redis.call('GET', KEYS[2])
+    if c then
+      if not string.match(c, '^[1-9]%d*$') then
+        return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer')
+      end
+      redis.call('INCR', KEYS[2])
+      fence = redis.call('GET', KEYS[2])
+    else
+      local t = redis.call('TIME')
+      fence = t[1] .. string.format('%06d', tonumber(t[2]))
+      redis.call('SET', KEYS[2], fence)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[8])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[6] == '1' then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
@@ -48,16 +75,23 @@ else
   pttl = redis.call('PTTL', KEYS[1])
 end
 local pos = ARGV[5]
-if waiter ~= '' and (pos == '0' or ARGV[7] == '1') then
-  local t = redis.call('TIME')
-  if pos == '0' then
-    -- Queue position: server time in microseconds at first registration.
-    pos = t[1] .. string.format('%06d', tonumber(t[2]))
+if waiter ~= '' then
+  local write = pos == '0' or ARGV[7] == '1'
+  if not write then
+    -- Registered before: make sure it is still there.
+    write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
   end
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', KEYS[3], pos, waiter)
-  redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[4]))
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  if write then
+    local t = redis.call('TIME')
+    if pos == '0' then
+      -- Queue position: server time in microseconds at first registration.
+      pos = t[1] .. string.format('%06d', tonumber(t[2]))
+    end
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[3], pos, waiter)
+    redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[4]))
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
+    redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  end
 end
 return {0, pttl, pos}

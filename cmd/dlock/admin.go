@@ -131,7 +131,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	default:
 		fmt.Fprintf(w, "held:\tno\n")
 	}
-	fmt.Fprintf(w, "fence:\t%d\t(of the latest acquisition)\n", st.Fence)
+	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
 	if len(st.Nodes) > 1 {
 		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), out.Quorum)

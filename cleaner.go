@@ -1,0 +1,224 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// A cleaner deletes, on one node, the keys of dead tokens: the token of a
+// failed attempt, or of a lock that was released or lost. Such a key is left
+// behind when a command's answer was missed: a node that did not answer in
+// time (frozen, partitioned, slow) may have run an acquisition or a renewal,
+// or may still run it when it resumes, and would then hold the key for a
+// whole TTL with nobody to release it.
+//
+// A command whose answer was missed may run at any time until the node has
+// read it, so one release is not enough: it could run before that command.
+// The cleaner therefore runs the compare-and-delete release until the node
+// has answered it twice, the second sent after the first was answered. The
+// node had then read everything sent to it before the first was sent (Redis
+// reads every ready connection in each pass of its event loop, and the
+// second release arrives in a later pass than the first), so the missed
+// command has run and the second release removes what it set. A command
+// whose answer arrived needs one answered release after it. While the node
+// does not answer, the cleaner tries again with a capped backoff (50ms to
+// 1s), for as long as the Locker is open: a frozen node may resume at any
+// time and run what it holds. The caller never waits for it.
+//
+// The release only deletes a key that still holds the dead token, so a
+// cleaner never touches another owner's lock, and it wakes the next waiter
+// on one Redis as a release does.
+type cleaner struct {
+	l    *Locker
+	node int
+
+	mu      sync.Mutex
+	jobs    map[string]*cleanup // by token
+	running bool
+	// kick cuts a backoff short: an answer from the node came in, so it is
+	// answering again.
+	kick chan struct{}
+}
+
+// cleanup is one dead token to clean on a cleaner's node.
+type cleanup struct {
+	nm     *names
+	token  string
+	ttl    time.Duration
+	passes int       // answered releases still needed
+	at     time.Time // not before: a lost lock's holder keeps its time
+	added  uint64    // order of arrival, to drop the oldest when full
+	// wake: a key this release deletes may be timing the wait of sleeping
+	// waiters (it was left behind, or set late): wake the next one. Not
+	// for the grants of a split vote on a quorum, cleaned up at once: the
+	// release that freed the lock woke a waiter already, and more would
+	// only collide.
+	wake bool
+}
+
+// clean has the key of token cleaned up on node i, with passes answered
+// releases (1 where the key may hold the token now, 2 where a command may
+// still run), not before at, waking a waiter if wake is set or the Locker
+// has one node. It does not block.
+func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, passes int, at time.Time, wake bool) {
+	c := l.cleaners[i]
+	c.mu.Lock()
+	wake = wake || len(l.nodes) == 1
+	if j := c.jobs[token]; j != nil {
+		j.passes = max(j.passes, passes)
+		j.wake = j.wake || wake
+		if at.Before(j.at) {
+			j.at = at
+		}
+	} else {
+		if len(c.jobs) >= maxCleanups {
+			c.dropOldest()
+		}
+		c.jobs[token] = &cleanup{nm: nm, token: token, ttl: ttl, passes: passes, at: at, added: l.seq.Add(1), wake: wake}
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	start := !c.running && l.bg.Err() == nil
+	if start {
+		c.running = true
+	}
+	c.mu.Unlock()
+	if start {
+		l.spawn(c.run)
+	}
+}
+
+// dropOldest drops the oldest job; c.mu is held.
+func (c *cleaner) dropOldest() {
+	var oldest *cleanup
+	for _, j := range c.jobs {
+		if oldest == nil || j.added < oldest.added {
+			oldest = j
+		}
+	}
+	delete(c.jobs, oldest.token)
+}
+
+// next returns the due job that arrived first, or how long until one is
+// due; ok is false when there is no job left.
+func (c *cleaner) next() (j *cleanup, wait time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) == 0 {
+		c.running = false
+		return nil, 0, false
+	}
+	now := time.Now()
+	wait = time.Hour
+	for _, cj := range c.jobs {
+		if d := cj.at.Sub(now); d > 0 {
+			wait = min(wait, d)
+		} else if j == nil || cj.added < j.added {
+			j = cj
+		}
+	}
+	return j, wait, true
+}
+
+func (c *cleaner) run() {
+	l := c.l
+	backoff := time.Duration(0)
+	for {
+		j, wait, ok := c.next()
+		if !ok {
+			return
+		}
+		if j == nil {
+			if !c.sleep(wait) {
+				return
+			}
+			continue
+		}
+		c.mu.Lock()
+		wake := j.wake // merges change it under c.mu
+		c.mu.Unlock()
+		answered := c.releaseOnce(j, wake)
+		c.mu.Lock()
+		if answered {
+			backoff = 0
+			if j.passes--; j.passes <= 0 && c.jobs[j.token] == j {
+				delete(c.jobs, j.token)
+			}
+		}
+		c.mu.Unlock()
+		if !answered {
+			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+			if !c.sleep(backoff) {
+				return
+			}
+		}
+		if l.bg.Err() != nil {
+			c.stop()
+			return
+		}
+	}
+}
+
+// sleep waits d, or until the Locker is closed (then it reports false and
+// the cleaner stops).
+func (c *cleaner) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.kick:
+		return true
+	case <-c.l.bg.Done():
+		c.stop()
+		return false
+	}
+}
+
+func (c *cleaner) stop() {
+	c.mu.Lock()
+	c.running = false
+	c.mu.Unlock()
+}
+
+// releaseOnce runs one release of the job's token, and reports whether the
+// node answered it.
+func (c *cleaner) releaseOnce(j *cleanup, wake bool) bool {
+	l := c.l
+	ctx, cancel := context.WithTimeout(l.bg, max(l.nodeTimeout(j.ttl), 100*time.Millisecond))
+	defer cancel()
+	_, err, answered := quorum.Call(ctx, l.nodes[c.node], time.Hour, func(ctx context.Context) (int64, error) {
+		return l.runRelease(ctx, c.node, j.nm, j.token, "", wake)
+	}, nil)
+	var rerr redis.Error
+	return answered && (err == nil || errors.As(err, &rerr))
+}
+
+// mayHaveRun reports whether a command that failed with err may have run on
+// the node, or may still run: not when Redis answered with an error (the
+// scripts write nothing before a step that can fail), nor when the command
+// was never sent (no connection could be made, the pool was exhausted, the
+// client was closed).
+func mayHaveRun(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	if errors.Is(err, redis.ErrClosed) || err.Error() == "redis: connection pool timeout" {
+		return false
+	}
+	return true
+}
