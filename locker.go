@@ -373,7 +373,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}
 	defer func() { <-ks.head }()
 
-	timerWakes, splits := 0, 0
+	timerWakes, splits, errWakes := 0, 0, 0
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -415,7 +415,21 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			// would have ended, in case they are back.
 			wait = min(wait, l.nodeTimeout(cfg.ttl))
 		}
-		if res.granted > 0 && splits < maxSplitRetries {
+		if len(res.nodeErrs) > res.notWaited {
+			// Nodes failed or did not answer in time: nothing will wake
+			// this waiter when they are back, so try again on a short
+			// backoff (the node timeout, doubling, at most errorRetryCap).
+			wait = min(wait, errorRetry(l.nodeTimeout(cfg.ttl), errWakes))
+			errWakes++
+		} else {
+			errWakes = 0
+		}
+		if res.late {
+			// The lock was free, but the round took too long to leave any
+			// validity (a slow node, a short TTL): try again at once.
+			wait = time.Duration(mrand.Int64N(int64(time.Millisecond)))
+		}
+		if res.granted > 0 && !res.late && splits < maxSplitRetries {
 			// Some nodes of a quorum granted the lock but not enough: it
 			// was free, or changing hands, and contenders split the
 			// votes. Their clean-up wakes nobody, so try again shortly,
@@ -449,6 +463,16 @@ func allTrue(bs []bool) bool {
 		}
 	}
 	return true
+}
+
+// errorRetry is the n-th wait after an attempt that failed on node errors:
+// base·2ⁿ capped at errorRetryCap, scaled by a random factor in [0.75, 1).
+func errorRetry(base time.Duration, n int) time.Duration {
+	d := errorRetryCap
+	if n < 20 {
+		d = min(base<<n, errorRetryCap)
+	}
+	return d - time.Duration(mrand.Int64N(int64(d/4)+1))
 }
 
 // fallback is the n-th fallback sleep: fallbackBase·2ⁿ capped at fallbackCap,
@@ -558,9 +582,10 @@ func parseUint(v any) (uint64, error) {
 type attemptResult struct {
 	granted int
 	refused int
-	// pttl is the shortest remaining TTL of the holder (at least 1ms: a key
-	// that expires within the millisecond is timed as 1ms), or 0 when no
-	// holder's TTL can time the wait.
+	// pttl is how long until the lock may be free: the shortest remaining
+	// TTL of the holder (at least 1ms: a key that expires within the
+	// millisecond is timed as 1ms), or the stand-in delay for a lock
+	// reserved for a woken waiter; 0 when nothing times the wait.
 	pttl     time.Duration
 	nodeErrs []error
 	late     bool // quorum reached but no validity left, or the fence raise failed
@@ -691,14 +716,20 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			fence = max(fence, r.Val.fence)
 		default:
 			res.refused++
-			// A reservation for a woken waiter (pttl -3) or a key without
-			// expiry (-1) does not time the wait; 0 means the key expires
-			// within the millisecond.
-			if r.Val.pttl >= 0 {
-				p := max(time.Duration(r.Val.pttl)*time.Millisecond, time.Millisecond)
-				if res.pttl == 0 || p < res.pttl {
-					res.pttl = p
-				}
+			// The holder's remaining TTL times the wait (0: it expires
+			// within the millisecond). A reservation for a woken waiter
+			// (-3) is timed by the stand-in delay: by then the woken
+			// waiter holds the lock, with a TTL that times the next try,
+			// or is gone. A key without expiry (-1) times nothing.
+			var p time.Duration
+			switch {
+			case r.Val.pttl >= 0:
+				p = max(time.Duration(r.Val.pttl)*time.Millisecond, time.Millisecond)
+			case r.Val.pttl == -3:
+				p = l.standIn()
+			}
+			if p > 0 && (res.pttl == 0 || p < res.pttl) {
+				res.pttl = p
 			}
 			if ks != nil {
 				ks.registered(r.Node, regs[r.Node], r.Val.pos)

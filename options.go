@@ -43,6 +43,11 @@ const (
 	fallbackBase = 15 * time.Second
 	fallbackCap  = 60 * time.Second
 
+	// errorRetryCap caps the backoff of a waiter whose attempts fail on
+	// node errors (down, frozen, slow): no release will wake it when the
+	// nodes are back, so it tries again at most this long after.
+	errorRetryCap = time.Second
+
 	// waiterLease is how long a waiter's registration lives in Redis without
 	// being refreshed; well above the longest fallback sleep, so a live
 	// waiter never drops out (it rewrites its registration when a third of
