@@ -93,6 +93,11 @@ func TestExtendUnconfirmedShorterTTL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Load the script first: a frozen EVALSHA of an unknown script
+			// would only get NOSCRIPT when the server resumes.
+			if err := k.Extend(ctx(t), 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
 			thaw := freeze(t, s)
 			if err := k.Extend(ctx(t), 200*time.Millisecond); err == nil {
 				t.Fatal("Extend was confirmed by a frozen Redis")
@@ -126,6 +131,9 @@ func TestRedlockExtendConfirmedByMinority(t *testing.T) {
 	l, servers, clients := redlock(t, 3)
 	k, err := l.Acquire(ctx(t), "shrink", dlock.WithAutoRenew(false))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Extend(ctx(t), 30*time.Second); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	thaw := freeze(t, servers[1], servers[2])
@@ -298,6 +306,11 @@ func TestTimedOutAcquireLeavesNoKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := dlocktest.Start(t)
 			l := newLocker(t, tc.client(t, s))
+			warm, err := l.TryAcquire(ctx(t), "warm") // loads the scripts
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm.Release(ctx(t))
 			thaw := freeze(t, s)
 			frozen := time.Now()
 			if k, err := l.TryAcquire(ctx(t), "late"); err == nil {
@@ -324,9 +337,16 @@ func TestLateRenewalOfLostLockCleanedUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := k.Extend(ctx(t), ttl); err != nil { // loads the script
+		t.Fatal(err)
+	}
 	thaw := freeze(t, s)
 	<-k.Lost() // the renewal at TTL/3 is queued in the frozen server
-	thaw()     // before the key expires: the renewal runs, for another TTL
+	// Thaw after the renewal gave up (at the end of the validity) but
+	// before the key expires (the drift later, 62ms): the renewal runs, for
+	// another TTL.
+	time.Sleep(time.Until(k.ValidUntil()) + 20*time.Millisecond)
+	thaw()
 	b := newLocker(t, s.Client())
 	start := time.Now()
 	k2, err := b.Acquire(ctxTimeout(t, ttl/2), "renewed")
@@ -770,4 +790,43 @@ func TestRedlockReleaseThenAcquire(t *testing.T) {
 		}
 	}
 	k.Release(ctx(t))
+}
+
+// Item 17: Release waits for every node that is answering, also a slow one
+// outside the quorum that confirmed first, so that no node still holds the
+// key when it returns.
+func TestRedlockReleaseWaitsForAnsweringNodes(t *testing.T) {
+	l, servers, clients := redlock(t, 5)
+	k, err := l.Acquire(ctx(t), "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return clients[4].Exists(ctx(t), "dlock:{slow}").Val() == 1 }, "node 4 to hold the key")
+	// Node 4 is busy for 300ms (a long script): it answers, late.
+	busy := servers[4].Client()
+	defer busy.Close()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	launched := time.Now()
+	go func() {
+		close(started)
+		done <- busy.Eval(ctx(t), `local t0 = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1]-t0[1])*1000000 + (t[2]-t0[2]) > 300000
+return 1`, nil).Err()
+	}()
+	<-started
+	time.Sleep(50 * time.Millisecond) // the fault: the script is running
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The script cannot end, and node 4 cannot answer, before 300ms.
+	if el := time.Since(launched); el < 300*time.Millisecond {
+		t.Errorf("Release returned %s after node 4 became busy for 300ms: it did not wait for an answering node", el)
+	}
+	if n := clients[4].Exists(ctx(t), "dlock:{slow}").Val(); n != 0 {
+		t.Error("Release returned while an answering node still held the key")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
