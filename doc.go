@@ -15,10 +15,12 @@
 // # The lock
 //
 // A lock named K is the Redis key "dlock:{K}" (the prefix is an option; the
-// braces keep all of a lock's keys in one Cluster slot). Acquiring it runs one
-// Lua script: if the key is free, set it to a 128-bit random owner token with
-// the TTL (SET PX) and increment the fence counter "dlock:{K}:fence";
-// otherwise return the holder's remaining TTL. Release and extend compare the
+// braces keep all of a lock's keys in one Cluster slot; a name that begins
+// with '}' or a NUL byte, which would leave the braces empty, gets the tag
+// "\x00" in front of it, and a prefix may not contain braces). Acquiring it
+// runs one Lua script: if the key is free, set it to a 128-bit random owner
+// token with the TTL (SET PX) and take the next fence from the counter
+// "dlock:{K}:fence"; otherwise return the holder's remaining TTL. Release and extend compare the
 // token first, so only the owner can release or extend, and a late or
 // duplicated command from a former owner does nothing. The acquire script
 // treats "the key already holds my token" as success, so a command that
@@ -34,8 +36,7 @@
 //
 // where elapsed is measured on the monotonic clock from the start of the
 // round (the drift is the Redlock reference implementation's clock-drift
-// factor plus Redis' expiry precision). A failed attempt releases what it got
-// on every node, on a context of its own. A round decides as soon as the
+// factor plus Redis' expiry precision). A round decides as soon as the
 // outcome is known and waits for a slow node at most a fifth of the TTL (at
 // most 1s; see [WithNodeTimeout]). That bound holds whatever the client's
 // settings: go-redis does not apply context deadlines to socket reads unless
@@ -43,6 +44,23 @@
 // goroutine and is abandoned at the deadline. A node that left a round
 // unanswered is suspect: later rounds still send it every command but do not
 // wait for it to decide, until it answers again (or 10s have passed).
+//
+// # Nothing left behind
+//
+// A command whose answer did not come in time may have run, or may still run:
+// a frozen node runs what it has read when it resumes, a TTL later than the
+// caller gave up. dlock never counts such a command, and never forgets it.
+// A failed attempt has the nodes that granted it, and those that did not
+// answer, cleaned up in the background; a lock that is released or lost
+// does the same for the nodes where one of its commands went unanswered (a
+// lost lock once its key would have expired anyway, so that its holder keeps
+// its time to stop). The clean-up is the owner-checked release, repeated
+// until the node has answered it twice, the second sent after the first was
+// answered: the node has then read everything sent before, so a late
+// command cannot set the key after the clean-up. It tries again, backing off
+// to once a second, while a node does not answer and the Locker is open
+// ([Locker.Close] stops it; what a still-frozen node sets then expires after
+// its TTL). The caller never waits for it.
 //
 // # Renewal and the lost-lock signal
 //
@@ -54,20 +72,48 @@
 // of the round that set the TTL and less the drift, this happens before Redis
 // can have expired the key, never after.
 //
+// The validity is kept per node: a node holds the key at least until the
+// start of the last round it confirmed plus the TTL less the drift, and the
+// lock is valid while a quorum of nodes does. An [Lock.Extend] to a shorter
+// TTL that a node did not confirm may still run there, after any later
+// command: the lock's validity on that node is then capped at what that
+// TTL gives from the start of the call, until a command sent after every
+// earlier one was answered is confirmed (with go-redis' default client the
+// late answer usually comes; with ContextTimeoutEnabled it does not, and the
+// lock ends at the cap). On a quorum, a renewal that a quorum confirmed also
+// takes back the nodes where the key is free (it expired there while the
+// node was away, or a contender of a split vote let it go), so that a lock
+// acquired on a bare majority survives the loss of a minority again.
+//
 // # Fencing
 //
 // Every acquisition returns a fence ([Lock.Fence]) that is larger than the
-// fence of every earlier acquisition of the same key. On one Redis it is the
-// INCR of the fence counter in the acquire script. Over a quorum each node
-// increments its own counter; the fence is the largest value the granting
-// nodes returned, and before Acquire returns, the nodes of the quorum that
-// returned less are raised to it (a compare-and-raise script, in a second
-// round that runs only when the counters differ). So when Acquire returns, a
-// majority of nodes holds a counter ≥ the fence. The next holder's majority
-// shares at least one node with that one, whose increment yields a larger
-// number, and the next fence is the maximum over its majority: strictly
-// larger. The argument assumes that nodes keep their data: a node that
-// restarts empty forgets its counter (see the limits below).
+// fence of every earlier acquisition of the same key. On one Redis it is
+// taken in the acquire script: the counter + 1 (INCR) while the counter
+// exists, and the server's time in microseconds when it does not (its first
+// use, or after it was lost). The counter expires 24h after the last
+// acquisition ([WithFenceRetention]), so a service that locks one name per
+// entity leaves nothing behind. An increment takes a script run of more than
+// a microsecond, so the counter never runs ahead of the server's clock, and
+// a counter started again from the clock — after its retention, an eviction,
+// or a restart without data — is larger than every fence issued before, as
+// long as the clock has not stepped back meanwhile. The arithmetic is exact
+// for every 64-bit value (the counter is read back as a string, never
+// through a Lua number), and an increment that fails (a counter that is not
+// a positive integer, or at 2^63-1) changes nothing.
+//
+// Over a quorum each node takes its own; the fence is the largest value the
+// granting nodes returned, and before Acquire returns, the nodes of the
+// quorum that returned less are raised to it (a compare-and-raise script, in
+// a second round that runs only when the values differ, which after the
+// first acquisition of a name is when a node missed one). So when Acquire
+// returns, a majority of nodes holds a counter ≥ the fence. The next
+// holder's majority shares at least one node with that one, which returns a
+// larger number, and the next fence is the maximum over its majority:
+// strictly larger. A node that restarted without its data returns its clock
+// instead of its counter: fences stay increasing if it stayed out of service
+// for at least one TTL (the delayed restart that the lock needs anyway, see
+// the limits below) and the nodes' clocks agree within that time.
 //
 // Storage that records the largest fence it has seen and rejects writes
 // carrying a smaller one is safe even against a holder that was paused past
@@ -88,10 +134,23 @@
 // holder's remaining TTL (returned by the failed attempt) runs out, when its
 // inbox subscription comes back after a reconnection (a release may have gone
 // unheard), and, as a last resort, after a slow jittered backoff (15s,
-// doubling to 60s). Goroutines of one Locker waiting for the same key queue
-// locally: only the first talks to Redis. A waiter that gives up removes its
-// registration and hands on a reservation made for it; a dead waiter's
-// registration is dropped once its lease (3 minutes) runs out.
+// doubling to 60s). A waiter whose attempt failed on node errors tries again
+// on a short backoff (the node timeout, doubling to 1s), since no release
+// will tell it when the nodes are back; one that found the lock reserved for
+// another woken waiter tries again once that waiter should have taken it.
+// An attempt that finds its registration gone (a restart, an eviction, a
+// flush) registers again. Goroutines of one Locker waiting for the same key
+// queue locally: only the first talks to Redis. When the last of them gives
+// up (whether it was at the head of the local queue or not), the
+// registration is removed and a reservation made for it handed on; a dead
+// waiter's registration is dropped once its lease (3 minutes) runs out.
+//
+// # Closing
+//
+// [Locker.Close] gives back every lock the Locker holds, so that a graceful
+// shutdown does not keep the fleet waiting for a TTL: each holder is told
+// first ([Lock.Lost] closes, [Locker.Do]'s function is cancelled), then the
+// key is released. Waiting calls return [ErrClosed].
 //
 // # Limits
 //
@@ -103,12 +162,14 @@
 //     [Locker.Do], and use the fence where the storage can check it.
 //   - Redlock assumes that the nodes' clocks advance at about the same rate
 //     (bounded drift) and that process pauses are shorter than the validity.
-//   - A node that restarts without its data forgets locks and fence counters:
-//     it can let a second holder in and can issue a fence that was issued
-//     before. Run the nodes with persistence (appendonly yes; appendfsync
-//     always for the strictest guarantee), or keep a restarted node out of
-//     service for at least one TTL (delayed restart). The same holds for a
-//     Sentinel failover to a replica that had not yet received a lock.
+//   - A node that restarts without its data forgets its locks: it can let a
+//     second holder in. Run the nodes with persistence (appendonly yes;
+//     appendfsync always for the strictest guarantee), or keep a restarted
+//     node out of service for at least one TTL (delayed restart). The same
+//     holds for a Sentinel failover to a replica that had not yet received
+//     a lock. Fences survive such a restart (see Fencing) as long as the
+//     server's clock does not step back, and, over a quorum, the nodes'
+//     clocks agree within the time the node stayed out.
 //   - A waiter woken by a release that dies before taking the lock leaves it
 //     reserved for a moment (100ms on one Redis); the waiter after it stands
 //     in for it after that. If both die, the others wake on their fallback
