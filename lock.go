@@ -203,26 +203,9 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	start := time.Now()
 	bound := start.Add(ttl - drift(ttl))
 	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
-	ok, refused := 0, 0
-	var free []int
-	var errs []error
+	t := l.tally(results, missing)
+	ok, refused := t.ok, t.refused
 	k.mu.Lock()
-	for _, r := range results {
-		switch {
-		case r.Err != nil:
-			errs = append(errs, l.nodeErr(r.Node, r.Err))
-		case r.Val == 1:
-			ok++
-		default:
-			refused++
-			if r.Val == -1 {
-				free = append(free, r.Node)
-			}
-		}
-	}
-	for _, m := range missing {
-		errs = append(errs, l.nodeErr(m.Node, m.Err))
-	}
 	k.recordRound(results, nil, start, bound)
 	close(recorded)
 	if k.lost || k.released {
@@ -239,7 +222,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		err = fmt.Errorf("dlock: extend %q: quorum confirmed too late, no validity left", k.key)
 	default:
 		err = fmt.Errorf("dlock: extend %q: quorum not confirmed (%d of %d nodes, %d needed): %w",
-			k.key, ok, n, l.quorum, errors.Join(errs...))
+			k.key, ok, n, l.quorum, errors.Join(t.errs...))
 	}
 	k.validUntil = k.computeValidity()
 	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
@@ -263,12 +246,12 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		}
 		return err
 	}
-	if err == nil && len(free) > 0 && n > 1 {
+	if err == nil && len(t.free) > 0 && n > 1 {
 		// A quorum confirmed that we hold the lock, so nobody else can hold
 		// one: take back the nodes where the key is free (it expired there
 		// while the node was away, or a contender of a split vote let it
 		// go), so that the lock survives the loss of a minority again.
-		k.regain(ctx, ttl, timeout, free)
+		k.regain(ctx, ttl, timeout, t.free)
 	}
 	return err
 }
@@ -469,6 +452,37 @@ func (k *Lock) renewable() bool {
 		}
 	}
 	return free >= k.l.quorum
+}
+
+// tally is the outcome of a round of owner-checked commands (extend.lua,
+// release.lua), per node: confirmed (1), refused (0: another value; -1: the
+// key is free, listed in free), or failed (an error, or no answer that
+// counted), with each failure as a *NodeError.
+type tally struct {
+	ok, refused int
+	free        []int
+	errs        []error
+}
+
+func (l *Locker) tally(results []quorum.Result[int64], missing []quorum.Missing) tally {
+	var t tally
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			t.errs = append(t.errs, l.nodeErr(r.Node, r.Err))
+		case r.Val == 1:
+			t.ok++
+		default:
+			t.refused++
+			if r.Val == -1 {
+				t.free = append(t.free, r.Node)
+			}
+		}
+	}
+	for _, m := range missing {
+		t.errs = append(t.errs, l.nodeErr(m.Node, m.Err))
+	}
+	return t
 }
 
 func countOK(rs []quorum.Result[int64]) (ok, bad int) {
@@ -703,22 +717,10 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			// would refuse an acquisition made right after Release.
 			return len(rs)+suspects >= n
 		}, nil)
-	ok, refused := 0, 0
-	var errs []error
+	t := l.tally(results, missing)
 	answered := make([]bool, n)
 	for _, r := range results {
-		switch {
-		case r.Err != nil:
-			errs = append(errs, l.nodeErr(r.Node, r.Err))
-		case r.Val == 1:
-			ok++
-		default:
-			refused++
-		}
 		answered[r.Node] = r.Err == nil
-	}
-	for _, m := range missing {
-		errs = append(errs, l.nodeErr(m.Node, m.Err))
 	}
 	k.mu.Lock()
 	for i, nl := range k.nodes {
@@ -736,12 +738,12 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	}
 	k.mu.Unlock()
 	switch {
-	case ok >= l.quorum:
+	case t.ok >= l.quorum:
 		return nil
-	case refused > n-l.quorum:
-		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, refused, n)
+	case t.refused > n-l.quorum:
+		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, t.refused, n)
 	default:
 		return fmt.Errorf("dlock: release %q: not confirmed by a quorum (%d of %d nodes, %d needed), the key expires after its TTL: %w",
-			k.key, ok, n, l.quorum, errors.Join(errs...))
+			k.key, t.ok, n, l.quorum, errors.Join(t.errs...))
 	}
 }
