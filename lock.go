@@ -325,6 +325,19 @@ const (
 	effUnknown
 )
 
+// passes is how many answered releases clean up after a command with this
+// effect once its token is dead (see cleaner): one after a command that set
+// the key, two after one that may still run, none after one that did not.
+func (e effect) passes() int {
+	switch e {
+	case effSet:
+		return 1
+	case effUnknown:
+		return 2
+	}
+	return 0
+}
+
 func effectOf(err error, set bool) effect {
 	switch {
 	case err == nil && set:
@@ -360,13 +373,7 @@ func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bou
 // is held.
 func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time) {
 	n := &k.nodes[i]
-	if k.lost || k.released {
-		switch e {
-		case effSet:
-			k.cleanNode(i, 1)
-		case effUnknown:
-			k.cleanNode(i, 2)
-		}
+	if k.cleanIfDead(i, e) {
 		return
 	}
 	switch e {
@@ -387,18 +394,24 @@ func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time) {
 	}
 }
 
+// cleanIfDead reports whether the lock is dead (released or lost) and then
+// has node i cleaned up after a command whose answer showed e. k.mu is held.
+func (k *Lock) cleanIfDead(i int, e effect) bool {
+	if !k.lost && !k.released {
+		return false
+	}
+	if p := e.passes(); p > 0 {
+		k.cleanNode(i, p)
+	}
+	return true
+}
+
 // lateAnswer records an answer that came after its round had decided.
 func (k *Lock) lateAnswer(i int, e effect) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n := &k.nodes[i]
-	if k.lost || k.released {
-		switch e {
-		case effSet:
-			k.cleanNode(i, 1)
-		case effUnknown:
-			k.cleanNode(i, 2)
-		}
+	if k.cleanIfDead(i, e) {
 		return
 	}
 	// The command has run (or never will): one fewer whose effect is

@@ -659,13 +659,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
 		e := effectOf(r.Err, r.Val.ok)
-		switch {
-		case k != nil:
+		if k != nil {
 			k.lateAnswer(r.Node, e)
-		case e == effSet:
-			l.clean(r.Node, nm, token, cfg.ttl, 1, time.Now(), true)
-		case e == effUnknown:
-			l.clean(r.Node, nm, token, cfg.ttl, 2, time.Now(), true)
+		} else if p := e.passes(); p > 0 {
+			l.clean(r.Node, nm, token, cfg.ttl, p, time.Now(), true)
 		}
 	}
 
@@ -776,12 +773,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// nodes whose answer was lost or late.
 		now := time.Now()
 		for i, e := range effects {
-			switch {
-			case res.closed:
-			case e == effSet:
-				l.clean(i, nm, token, cfg.ttl, 1, now, false)
-			case e == effUnknown:
-				l.clean(i, nm, token, cfg.ttl, 2, now, true)
+			if p := e.passes(); p > 0 && !res.closed {
+				// A grant of a split vote wakes nobody: the release that
+				// freed the lock woke a waiter already.
+				l.clean(i, nm, token, cfg.ttl, p, now, e == effUnknown)
 			}
 		}
 	} else if ks != nil {

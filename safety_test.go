@@ -57,6 +57,15 @@ func freeze(t *testing.T, servers ...*dlocktest.Server) func() {
 	return thaw
 }
 
+// queued starts Acquire(key) on l in the background, and returns once the
+// waiting set of key on c holds n registrations.
+func queued(t *testing.T, l *dlock.Locker, c *redis.Client, key string, n int64) <-chan *dlock.Lock {
+	t.Helper()
+	got := acquireAsync(t, l, key)
+	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == n }, "the waiter for "+key+" registered")
+	return got
+}
+
 // notTwoHolders checks the one thing that matters when a second process
 // acquires a lock: the first holder must have been told before.
 func notTwoHolders(t *testing.T, first *dlock.Lock, what string) {
@@ -383,8 +392,7 @@ func TestWaitersGiveUpTogether(t *testing.T) {
 		return c.ZCard(ctx(t), "dlock:{herd}:waiters").Val() == 0 && c.Exists(ctx(t), "dlock:{herd}:wexp").Val() == 0
 	}, "the registration of the goroutines that gave up to be removed")
 	late := newLocker(t, s.Client())
-	got := acquireAsync(t, late, "herd")
-	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{herd}:waiters").Val() == 1 }, "the new waiter registered")
+	got := queued(t, late, c, "herd", 1)
 	handoff(t, k, got, "a waiter behind goroutines that gave up")
 }
 
@@ -397,8 +405,7 @@ func TestWaiterRegistersAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newLocker(t, s.Client())
-	got := acquireAsync(t, w, "vanish")
-	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{vanish}:waiters").Val() == 1 }, "waiter registered")
+	got := queued(t, w, c, "vanish", 1)
 	c.Del(ctx(t), "dlock:{vanish}:waiters", "dlock:{vanish}:wexp")
 	// The waiter's subscription coming back after a reconnection makes it
 	// attempt again while the lock is still held.
@@ -421,8 +428,7 @@ func TestStandInAgain(t *testing.T) {
 	var sent dlocktest.Counter
 	wc.AddHook(&sent)
 	w := newLocker(t, wc)
-	got := acquireAsync(t, w, "standin")
-	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{standin}:waiters").Val() == 1 }, "waiter registered")
+	got := queued(t, w, c, "standin", 1)
 	member := c.ZRange(ctx(t), "dlock:{standin}:waiters", 0, 0).Val()[0]
 	inbox := "dlock:inbox:" + member[:strings.IndexByte(member, ':')]
 
