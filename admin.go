@@ -45,18 +45,20 @@ type NodeStatus struct {
 	Fence uint64
 	// Waiters is the number of waiting processes registered on the node.
 	Waiters int64
-	// Err is set when the node could not be asked; the other fields are
-	// then zero.
+	// Err is the node's failure when it could not be asked (wrap it in a
+	// *NodeError to name the node); the other fields are then zero.
 	Err error
 }
 
 // Status reports the state of the lock named key on every node, waiting at
 // most the node timeout for each (ctx can shorten that). It returns an error
-// only for an invalid key or when no node answered; per-node failures are in
+// wrapping ErrInvalid for an invalid key or Locker option, and an error
+// wrapping ErrUnavailable (or ErrMisconfigured, when every node answered
+// with a permanent error) when no node answered; per-node failures are in
 // NodeStatus.Err.
 func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
-	if key == "" {
-		return Status{}, invalid("key must not be empty")
+	if err := l.checkKey(key); err != nil {
+		return Status{}, err
 	}
 	nm := l.names(key)
 	lockKey, fenceKey, waitersKey := nm.lock, nm.fence, nm.waiters
@@ -93,12 +95,17 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		},
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
+	// One answer is enough for a status.
+	o := outcome{n: len(l.nodes), q: 1}
 	for _, r := range results {
 		ns := r.Val
-		if r.Err != nil {
-			ns.Err = &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err}
-		}
 		ns.Addr = l.nodes[r.Node].Addr
+		if r.Err != nil {
+			ns.Err = r.Err
+			o.failed(l, r.Node, r.Err)
+		} else {
+			o.ok++
+		}
 		st.Nodes[r.Node] = ns
 		if r.Err != nil {
 			continue
@@ -113,23 +120,25 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		st.Waiters = max(st.Waiters, ns.Waiters)
 	}
 	for _, m := range missing {
-		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err}}
+		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: m.Err}
 	}
-	errs := 0
-	for _, ns := range st.Nodes {
-		if ns.Err != nil {
-			errs++
-		}
-	}
+	o.missed(l, missing)
 	st.Held = held >= l.quorum
-	if errs == len(l.nodes) {
-		nodeErrs := make([]error, 0, errs)
-		for _, ns := range st.Nodes {
-			nodeErrs = append(nodeErrs, ns.Err)
-		}
-		return st, fmt.Errorf("dlock: status %q: no node answered: %w", key, errors.Join(nodeErrs...))
+	if class := o.class(ErrNotAcquired); class != nil {
+		return st, o.wrap(class, fmt.Sprintf("status %q: no node answered", key))
 	}
 	return st, nil
+}
+
+// checkKey reports a Locker option or a key that cannot be used.
+func (l *Locker) checkKey(key string) error {
+	if l.cfg.err != nil {
+		return l.cfg.err
+	}
+	if key == "" {
+		return invalid("key must not be empty")
+	}
+	return nil
 }
 
 // ForceRelease deletes the lock named key on every node whatever its owner,
@@ -137,10 +146,11 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 // is known to be gone. A live owner sees its lock lost at its next renewal,
 // and may meanwhile still act as the owner; fencing is the defence. It
 // returns how many nodes held the key, and an error if any node could not be
-// reached.
+// reached, wrapping ErrUnavailable (or ErrMisconfigured, if a node answered
+// with a permanent error) and each node's failure as *NodeError.
 func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
-	if key == "" {
-		return 0, invalid("key must not be empty")
+	if err := l.checkKey(key); err != nil {
+		return 0, err
 	}
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
@@ -165,19 +175,22 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		},
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
-	var errs []error
+	// Every node must answer.
+	o := outcome{n: len(l.nodes), q: len(l.nodes)}
 	for _, r := range results {
-		if r.Err != nil {
-			errs = append(errs, &NodeError{Addr: l.nodes[r.Node].Addr, Err: r.Err})
-		} else if r.Val == 1 {
+		switch {
+		case r.Err != nil:
+			o.failed(l, r.Node, r.Err)
+		case r.Val == 1:
 			deleted++
+			fallthrough
+		default:
+			o.ok++
 		}
 	}
-	for _, m := range missing {
-		errs = append(errs, &NodeError{Addr: l.nodes[m.Node].Addr, Err: m.Err})
-	}
-	if len(errs) > 0 {
-		return deleted, fmt.Errorf("dlock: force release %q: %w", key, errors.Join(errs...))
+	o.missed(l, missing)
+	if class := o.class(ErrNotAcquired); class != nil {
+		return deleted, o.wrap(class, fmt.Sprintf("force release %q: %d of %d nodes answered", key, o.ok, o.n))
 	}
 	return deleted, nil
 }

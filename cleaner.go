@@ -17,7 +17,9 @@ import (
 // behind when a command's answer was missed: a node that did not answer in
 // time (frozen, partitioned, slow) may have run an acquisition or a renewal,
 // or may still run it when it resumes, and would then hold the key for a
-// whole TTL with nobody to release it.
+// whole TTL with nobody to release it. It also removes the registrations of
+// waiters that gave up (and hands on a reservation made for them), which an
+// unanswered attempt may likewise write late.
 //
 // A command whose answer was missed may run at any time until the node has
 // read it, so one release is not enough: it could run before that command.
@@ -47,14 +49,19 @@ type cleaner struct {
 	kick chan struct{}
 }
 
-// cleanup is one dead token to clean on a cleaner's node.
+// cleanup is one dead token, or one waiter that left, to clean on a
+// cleaner's node.
 type cleanup struct {
-	nm     *names
-	token  string
-	ttl    time.Duration
-	passes int       // answered releases still needed
-	at     time.Time // not before: a lost lock's holder keeps its time
-	added  uint64    // order of arrival, to drop the oldest when full
+	nm *names
+	// expected is the value to delete: a dead token, or "~MEMBER", the
+	// reservation of a waiter that left. It names the job.
+	expected string
+	// leaving is the waiter to remove from the waiting set, or "".
+	leaving string
+	ttl     time.Duration // the lock's TTL; 0 for a waiter
+	passes  int           // answered releases still needed
+	at      time.Time     // not before: a lost lock's holder keeps its time
+	added   uint64        // order of arrival, to drop the oldest when full
 	// wake: a key this release deletes may be timing the wait of sleeping
 	// waiters (it was left behind, or set late): wake the next one. Not
 	// for the grants of a split vote on a quorum, cleaned up at once: the
@@ -68,10 +75,22 @@ type cleanup struct {
 // still run), not before at, waking a waiter if wake is set or the Locker
 // has one node. It does not block.
 func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, passes int, at time.Time, wake bool) {
+	l.addCleanup(i, &cleanup{nm: nm, expected: token, ttl: ttl, passes: passes, at: at, wake: wake || len(l.nodes) == 1})
+}
+
+// leave has the waiter member removed from node i's waiting set, and a
+// reservation made for it handed on to the next waiter, with passes
+// answered releases (1 where the registration is known, 2 where an attempt
+// that may write it went unanswered).
+func (l *Locker) leave(i int, nm *names, member string, passes int) {
+	l.addCleanup(i, &cleanup{nm: nm, expected: "~" + member, leaving: member, passes: passes, at: time.Now(), wake: true})
+}
+
+func (l *Locker) addCleanup(i int, job *cleanup) {
 	c := l.cleaners[i]
 	c.mu.Lock()
-	wake = wake || len(l.nodes) == 1
-	if j := c.jobs[token]; j != nil {
+	passes, at, wake := job.passes, job.at, job.wake
+	if j := c.jobs[job.expected]; j != nil {
 		j.passes = max(j.passes, passes)
 		j.wake = j.wake || wake
 		if at.Before(j.at) {
@@ -81,7 +100,8 @@ func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, passes
 		if len(c.jobs) >= maxCleanups {
 			c.dropOldest()
 		}
-		c.jobs[token] = &cleanup{nm: nm, token: token, ttl: ttl, passes: passes, at: at, added: l.seq.Add(1), wake: wake}
+		job.added = l.seq.Add(1)
+		c.jobs[job.expected] = job
 	}
 	select {
 	case c.kick <- struct{}{}:
@@ -105,7 +125,7 @@ func (c *cleaner) dropOldest() {
 			oldest = j
 		}
 	}
-	delete(c.jobs, oldest.token)
+	delete(c.jobs, oldest.expected)
 }
 
 // next returns the due job that arrived first, or how long until one is
@@ -146,16 +166,17 @@ func (c *cleaner) run() {
 		c.mu.Lock()
 		wake := j.wake // merges change it under c.mu
 		c.mu.Unlock()
-		answered := c.releaseOnce(j, wake)
+		answered, drop := c.releaseOnce(j, wake)
 		c.mu.Lock()
 		if answered {
 			backoff = 0
-			if j.passes--; j.passes <= 0 && c.jobs[j.token] == j {
-				delete(c.jobs, j.token)
-			}
+			j.passes--
+		}
+		if (j.passes <= 0 || drop) && c.jobs[j.expected] == j {
+			delete(c.jobs, j.expected)
 		}
 		c.mu.Unlock()
-		if !answered {
+		if !answered && !drop {
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 			if !c.sleep(backoff) {
 				return
@@ -190,35 +211,43 @@ func (c *cleaner) stop() {
 	c.mu.Unlock()
 }
 
-// releaseOnce runs one release of the job's token, and reports whether the
-// node answered it.
-func (c *cleaner) releaseOnce(j *cleanup, wake bool) bool {
+// releaseOnce runs one release of the job on the node. It reports whether
+// the node ran it (an error reply counts as no pass: a loading or busy
+// server read the command but deleted nothing), and whether the job must be
+// dropped: the client was closed, or the node refused the command for good
+// (a permission), so that no later try can do better.
+func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
 	l := c.l
-	ctx, cancel := context.WithTimeout(l.bg, max(l.nodeTimeout(j.ttl), 100*time.Millisecond))
+	timeout := maxNodeTimeout
+	if j.ttl > 0 {
+		timeout = max(l.nodeTimeout(j.ttl), 100*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(l.bg, timeout)
 	defer cancel()
-	_, err, answered := quorum.Call(ctx, l.nodes[c.node], time.Hour, func(ctx context.Context) (int64, error) {
-		return l.runRelease(ctx, c.node, j.nm, j.token, "", wake)
+	_, err, ok := quorum.Call(ctx, l.nodes[c.node], timeout, func(ctx context.Context) (int64, error) {
+		return l.runRelease(ctx, c.node, j.nm, j.expected, j.leaving, wake)
 	}, nil)
-	var rerr redis.Error
-	return answered && (err == nil || errors.As(err, &rerr))
+	return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err)
 }
 
-// mayHaveRun reports whether a command that failed with err may have run on
-// the node, or may still run: not when Redis answered with an error (the
-// scripts write nothing before a step that can fail), nor when the command
+// mayHaveRun reports whether a command that failed with err on node n may
+// have run, or may still run. Not when Redis answered with an error (the
+// scripts write nothing before a step that can fail). Not when the command
 // was never sent (no connection could be made, the pool was exhausted, the
-// client was closed).
-func mayHaveRun(err error) bool {
+// client was closed), which only the last try of a client that retries can
+// tell: an earlier try may have been sent, and time out, so with retries
+// every other failure counts.
+func mayHaveRun(n *quorum.Node, err error) bool {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		return false
+	}
+	if !n.NoRetries {
+		return true
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return false
 	}
-	if errors.Is(err, redis.ErrClosed) || err.Error() == "redis: connection pool timeout" {
-		return false
-	}
-	return true
+	return !errors.Is(err, redis.ErrClosed) && err.Error() != "redis: connection pool timeout"
 }

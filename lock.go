@@ -180,6 +180,9 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", k.key, ctx.Err())
 	}
 	defer func() { <-k.ops }()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
+	}
 	if !k.held() {
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
@@ -202,27 +205,30 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	n := len(l.nodes)
 	start := time.Now()
 	bound := start.Add(ttl - drift(ttl))
-	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
-	t := l.tally(results, missing)
-	ok, refused := t.ok, t.refused
 	k.mu.Lock()
-	k.recordRound(results, nil, start, bound)
+	// A command with a shorter TTL than the lock's may shorten it if it
+	// runs after a later one.
+	shortens := ttl < k.ttl
+	k.mu.Unlock()
+	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
+	o := l.ownerChecked(results, missing)
+	k.mu.Lock()
+	k.recordRound(results, nil, start, bound, shortens)
 	close(recorded)
 	if k.lost || k.released {
 		k.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	var err error
-	switch {
-	case ok >= l.quorum && time.Now().Before(bound):
+	switch class := o.class(ErrNotHeld); {
+	case class == nil && time.Now().Before(bound):
 		k.ttl = ttl
-	case refused > n-l.quorum:
-		err = fmt.Errorf("%w: %q (%d of %d nodes no longer hold it)", ErrNotHeld, k.key, refused, n)
-	case ok >= l.quorum:
-		err = fmt.Errorf("dlock: extend %q: quorum confirmed too late, no validity left", k.key)
+	case class == nil:
+		err = o.wrap(ErrUnavailable, fmt.Sprintf("extend %q: confirmed too late, no validity left", k.key))
+	case class == ErrNotHeld:
+		err = fmt.Errorf("%w: %q (%d of %d nodes no longer hold it)", ErrNotHeld, k.key, o.refused, n)
 	default:
-		err = fmt.Errorf("dlock: extend %q: quorum not confirmed (%d of %d nodes, %d needed): %w",
-			k.key, ok, n, l.quorum, errors.Join(t.errs...))
+		err = o.wrap(class, fmt.Sprintf("extend %q: not confirmed%s", k.key, o.counts("confirmed")))
 	}
 	k.validUntil = k.computeValidity()
 	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
@@ -246,12 +252,12 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		}
 		return err
 	}
-	if err == nil && len(t.free) > 0 && n > 1 {
+	if err == nil && len(o.free) > 0 && n > 1 {
 		// A quorum confirmed that we hold the lock, so nobody else can hold
 		// one: take back the nodes where the key is free (it expired there
 		// while the node was away, or a contender of a split vote let it
 		// go), so that the lock survives the loss of a minority again.
-		k.regain(ctx, ttl, timeout, t.free)
+		k.regain(ctx, ttl, min(timeout, l.nodeTimeout(ttl)), o.free)
 	}
 	return err
 }
@@ -263,7 +269,7 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 	results, _, recorded := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.recordRound(results, free, start, start.Add(ttl-drift(ttl)))
+	k.recordRound(results, free, start, start.Add(ttl-drift(ttl)), false)
 	close(recorded)
 	if !k.lost && !k.released {
 		k.validUntil = k.computeValidity()
@@ -300,7 +306,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		},
 		func(r quorum.Result[int64]) {
 			<-recorded
-			k.lateAnswer(node(r.Node), effectOf(r.Err, r.Val == 1))
+			k.lateAnswer(node(r.Node), l.effectOf(node(r.Node), r.Err, r.Val == 1))
 		})
 	for i := range results {
 		results[i].Node = node(results[i].Node)
@@ -338,11 +344,12 @@ func (e effect) passes() int {
 	return 0
 }
 
-func effectOf(err error, set bool) effect {
+// effectOf is what node i's answer (err, and set when it confirmed) shows.
+func (l *Locker) effectOf(i int, err error, set bool) effect {
 	switch {
 	case err == nil && set:
 		return effSet
-	case err == nil || !mayHaveRun(err):
+	case err == nil || !mayHaveRun(l.nodes[i], err):
 		return effNone
 	default:
 		return effUnknown
@@ -353,15 +360,15 @@ func effectOf(err error, set bool) effect {
 // make the key hold the token until bound: the nodes of the round (idx, or
 // all) that did not answer in it are unknown until their answer comes.
 // k.mu is held.
-func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bound time.Time) {
+func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bound time.Time, shortens bool) {
 	answered := make([]bool, len(k.nodes))
 	for _, r := range results {
 		answered[r.Node] = true
-		k.record(r.Node, effectOf(r.Err, r.Val == 1), r.Err == nil && r.Val != 1, start, bound)
+		k.record(r.Node, k.l.effectOf(r.Node, r.Err, r.Val == 1), r.Err == nil && r.Val != 1, start, bound, shortens)
 	}
 	for i := range k.nodes {
 		if !answered[i] && (idx == nil || slices.Contains(idx, i)) {
-			k.record(i, effUnknown, false, start, bound)
+			k.record(i, effUnknown, false, start, bound, shortens)
 		}
 	}
 }
@@ -369,9 +376,10 @@ func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bou
 // record notes what node i's answer to a command sent at start that would
 // make the key hold the token until bound (or the absence of an answer)
 // shows; refused is true when the node answered that the key is not ours
-// there. If the lock is already dead, the node is cleaned up instead. k.mu
-// is held.
-func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time) {
+// there, and shortens when the command's TTL is shorter than the lock's, so
+// that, run late, it may cut a later command's TTL short. If the lock is
+// already dead, the node is cleaned up instead. k.mu is held.
+func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time, shortens bool) {
 	n := &k.nodes[i]
 	if k.cleanIfDead(i, e) {
 		return
@@ -384,7 +392,7 @@ func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time) {
 		}
 	case effUnknown:
 		n.unknown++
-		if bound.Before(n.until) && (n.capAt.IsZero() || bound.Before(n.capAt)) {
+		if (shortens || bound.Before(n.until)) && (n.capAt.IsZero() || bound.Before(n.capAt)) {
 			n.capAt = bound
 		}
 	default:
@@ -465,37 +473,6 @@ func (k *Lock) renewable() bool {
 		}
 	}
 	return free >= k.l.quorum
-}
-
-// tally is the outcome of a round of owner-checked commands (extend.lua,
-// release.lua), per node: confirmed (1), refused (0: another value; -1: the
-// key is free, listed in free), or failed (an error, or no answer that
-// counted), with each failure as a *NodeError.
-type tally struct {
-	ok, refused int
-	free        []int
-	errs        []error
-}
-
-func (l *Locker) tally(results []quorum.Result[int64], missing []quorum.Missing) tally {
-	var t tally
-	for _, r := range results {
-		switch {
-		case r.Err != nil:
-			t.errs = append(t.errs, l.nodeErr(r.Node, r.Err))
-		case r.Val == 1:
-			t.ok++
-		default:
-			t.refused++
-			if r.Val == -1 {
-				t.free = append(t.free, r.Node)
-			}
-		}
-	}
-	for _, m := range missing {
-		t.errs = append(t.errs, l.nodeErr(m.Node, m.Err))
-	}
-	return t
 }
 
 func countOK(rs []quorum.Result[int64]) (ok, bad int) {
@@ -730,7 +707,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			// would refuse an acquisition made right after Release.
 			return len(rs)+suspects >= n
 		}, nil)
-	t := l.tally(results, missing)
+	o := l.ownerChecked(results, missing)
 	answered := make([]bool, n)
 	for _, r := range results {
 		answered[r.Node] = r.Err == nil
@@ -750,13 +727,12 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	k.mu.Unlock()
-	switch {
-	case t.ok >= l.quorum:
+	switch class := o.class(ErrNotHeld); class {
+	case nil:
 		return nil
-	case t.refused > n-l.quorum:
-		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, t.refused, n)
+	case ErrNotHeld:
+		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, o.refused, n)
 	default:
-		return fmt.Errorf("dlock: release %q: not confirmed by a quorum (%d of %d nodes, %d needed), the key expires after its TTL: %w",
-			k.key, t.ok, n, l.quorum, errors.Join(t.errs...))
+		return o.wrap(class, fmt.Sprintf("release %q: not confirmed%s, the key expires after its TTL", k.key, o.counts("confirmed")))
 	}
 }

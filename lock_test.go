@@ -714,13 +714,13 @@ func TestClose(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := l.Acquire(ctx(t), "x"); !errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := l.Acquire(ctx(t), "x"); !errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("Acquire after Close: %v", err)
 	}
 	select {
 	case err := <-waiting:
-		if !errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Errorf("waiting Acquire after Close: %v, want ErrNotAcquired and ErrClosed", err)
+		if !errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("waiting Acquire after Close: %v, want ErrClosed (and not ErrNotAcquired)", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("waiting Acquire did not return after Close")
@@ -847,14 +847,14 @@ func TestAcquireUnreachable(t *testing.T) {
 	s.Kill()
 	_, err := l.TryAcquire(ctx(t), "down")
 	var ne *dlock.NodeError
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &ne) {
-		t.Fatalf("TryAcquire on a dead Redis: %v, want ErrNotAcquired with a *NodeError", err)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &ne) {
+		t.Fatalf("TryAcquire on a dead Redis: %v, want ErrUnavailable (not ErrNotAcquired) with a *NodeError", err)
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err = l.Acquire(dctx, "down")
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) {
-		t.Fatalf("Acquire on a dead Redis: %v, want ErrNotAcquired, DeadlineExceeded and the node error", err)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) {
+		t.Fatalf("Acquire on a dead Redis: %v, want ErrUnavailable, DeadlineExceeded and the node error", err)
 	}
 	t.Log(err)
 }

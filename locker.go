@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ type Locker struct {
 // waiting for at the deadline, which costs a goroutine hand-off per call.
 // For the lowest latency, set ContextTimeoutEnabled in the client's options.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	if client == nil {
+	if isNil(client) {
 		panic("dlock: New called with a nil client")
 	}
 	return newLocker([]redis.UniversalClient{client}, opts)
@@ -96,7 +97,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	}
 	seen := make(map[redis.UniversalClient]int, len(clients))
 	for i, c := range clients {
-		if c == nil {
+		if isNil(c) {
 			return nil, invalid("client %d of %d is nil", i, len(clients))
 		}
 		if j, dup := seen[c]; dup {
@@ -109,6 +110,15 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		return nil, l.cfg.err
 	}
 	return l, nil
+}
+
+// isNil reports whether c is nil, also a nil pointer of a client type.
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
@@ -141,7 +151,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	for i, c := range clients {
-		l.nodes = append(l.nodes, quorum.NewNode(c, "node "+strconv.Itoa(i)))
+		l.nodes = append(l.nodes, quorum.NewNode(c, "#"+strconv.Itoa(i)))
 		l.subs = append(l.subs, &subscriber{l: l, node: i})
 		l.cleaners = append(l.cleaners, &cleaner{l: l, node: i, jobs: make(map[string]*cleanup), kick: make(chan struct{}, 1)})
 	}
@@ -331,7 +341,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 		return nil, err
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+		return nil, closedErr(key)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
 	k, res := l.attempt(ctx, key, cfg, nil, nil)
 	if k != nil {
@@ -339,6 +352,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	}
 	return nil, res.err(key, ctx)
 }
+
+func closedErr(key string) error { return fmt.Errorf("%w: acquire %q", ErrClosed, key) }
 
 // Acquire acquires the lock named key, waiting until it is free or ctx ends.
 // On success the caller owns the lock until it calls Release, or until Lost
@@ -360,7 +375,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		return nil, err
 	}
 	if l.isClosed() {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+		return nil, closedErr(key)
 	}
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
@@ -369,11 +384,14 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
 	case <-l.done:
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+		return nil, closedErr(key)
 	}
 	defer func() { <-ks.head }()
 
 	timerWakes, splits, errWakes := 0, 0, 0
+	// last is the last attempt that ctx did not cut short: when ctx ends,
+	// it says whether the wait was for a busy lock or for nodes.
+	var last *attemptResult
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -382,7 +400,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}()
 	for {
 		if l.isClosed() {
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+			return nil, closedErr(key)
 		}
 		// A wake-up that arrived before this attempt is answered by it.
 		select {
@@ -394,8 +412,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		if k != nil {
 			return k, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && res.cutShort(false) && last != nil {
+			res = *last
+		}
+		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed {
 			return nil, res.err(key, ctx)
+		}
+		last = &res
+		if err := l.inboxRefused(); err != nil {
+			// Waiting cannot work: releases would never be heard.
+			return nil, fmt.Errorf("%w: %q: cannot wait: the subscription to the waiters' channel %s was refused: %w",
+				ErrMisconfigured, key, l.inbox, err)
 		}
 		if !allTrue(ready) && l.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
 			// Subscribed before registering as a waiter; try again at
@@ -415,7 +442,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			// would have ended, in case they are back.
 			wait = min(wait, l.nodeTimeout(cfg.ttl))
 		}
-		if len(res.nodeErrs) > res.notWaited {
+		if len(res.errs) > res.notWaited {
 			// Nodes failed or did not answer in time: nothing will wake
 			// this waiter when they are back, so try again on a short
 			// backoff (the node timeout, doubling, at most errorRetryCap).
@@ -429,7 +456,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			// validity (a slow node, a short TTL): try again at once.
 			wait = time.Duration(mrand.Int64N(int64(time.Millisecond)))
 		}
-		if res.granted > 0 && !res.late && splits < maxSplitRetries {
+		if res.ok > 0 && !res.late && splits < maxSplitRetries {
 			// Some nodes of a quorum granted the lock but not enough: it
 			// was free, or changing hands, and contenders split the
 			// votes. Their clean-up wakes nobody, so try again shortly,
@@ -451,7 +478,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		case <-ctx.Done():
 			return nil, res.err(key, ctx)
 		case <-l.done:
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+			return nil, closedErr(key)
 		}
 	}
 }
@@ -539,14 +566,14 @@ type acquireReply struct {
 func parseAcquire(v any) (acquireReply, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) < 2 {
-		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
+		return acquireReply{}, badReply("unexpected acquire reply %v", v)
 	}
 	flag, _ := arr[0].(int64)
 	if flag == 1 {
 		// The fence comes as a decimal string: exact for any 64-bit value.
 		f, err := parseUint(arr[1])
 		if err != nil {
-			return acquireReply{}, fmt.Errorf("unexpected fence in acquire reply %v: %w", v, err)
+			return acquireReply{}, badReply("unexpected fence in acquire reply %v: %v", v, err)
 		}
 		return acquireReply{ok: true, fence: f}, nil
 	}
@@ -580,47 +607,69 @@ func parseUint(v any) (uint64, error) {
 
 // attemptResult says why an attempt failed.
 type attemptResult struct {
-	granted int
-	refused int
+	outcome
 	// pttl is how long until the lock may be free: the shortest remaining
 	// TTL of the holder (at least 1ms: a key that expires within the
 	// millisecond is timed as 1ms), or the stand-in delay for a lock
 	// reserved for a woken waiter; 0 when nothing times the wait.
-	pttl     time.Duration
-	nodeErrs []error
-	late     bool // quorum reached but no validity left, or the fence raise failed
-	closed   bool // acquired while the Locker was closed, and given back
+	pttl   time.Duration
+	late   bool // quorum reached but no validity left, or the fence raise failed
+	closed bool // acquired while the Locker was closed, and given back
 	// notWaited counts suspect nodes the round decided without: their
 	// answers, arriving after it, may show they are back.
 	notWaited int
-	quorum    int
-	nodes     int
 }
 
-func (r attemptResult) err(key string, ctx context.Context) error {
-	if ctx.Err() != nil {
-		if len(r.nodeErrs) > 0 {
-			// Say why the last attempt failed, too: a wait that ends on
-			// unreachable nodes should not look like a busy lock.
-			return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotAcquired, key, ctx.Err(), errors.Join(r.nodeErrs...))
+// class is the attempt's error class (see outcome.class): a quorum reached
+// too late is ErrUnavailable (the nodes were too slow), and an acquisition
+// made while the Locker was closing is ErrClosed.
+func (r *attemptResult) class() error {
+	switch {
+	case r.closed:
+		return ErrClosed
+	case r.late:
+		return ErrUnavailable
+	}
+	return r.outcome.class(ErrNotAcquired)
+}
+
+// cutShort reports whether every failure of the attempt is a context's end
+// (with cancelledOnly, a cancellation: a deadline gave the nodes all the
+// time the caller had): when the caller's ctx has ended, such an attempt
+// says nothing of the nodes.
+func (r *attemptResult) cutShort(cancelledOnly bool) bool {
+	for _, err := range r.errs {
+		if !errors.Is(err, context.Canceled) && (cancelledOnly || !errors.Is(err, context.DeadlineExceeded)) {
+			return false
 		}
+	}
+	return r.ok == 0 && r.refused == 0
+}
+
+// err is the error of a failed attempt, or of a wait that ended after it
+// because ctx ended (ctx's error is wrapped too, except for a permanent
+// error, which did not depend on it). An attempt that ctx cut short says
+// nothing of the nodes: the caller gave up, and the error is ErrNotAcquired.
+func (r *attemptResult) err(key string, ctx context.Context) error {
+	class := r.class()
+	if ctx.Err() != nil && r.cutShort(true) && !r.closed {
 		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
 	}
-	if r.closed {
-		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ErrClosed)
+	var what string
+	switch {
+	case class == ErrClosed:
+		return closedErr(key)
+	case r.late:
+		what = fmt.Sprintf("%q: quorum reached too late, no validity left", key)
+	case class == ErrNotAcquired:
+		what = fmt.Sprintf("%q is held by another owner%s", key, r.counts("granted"))
+	default:
+		what = fmt.Sprintf("%q%s", key, r.counts("granted"))
 	}
-	if r.late {
-		return fmt.Errorf("%w: %q: quorum reached too late, no validity left", ErrNotAcquired, key)
+	if ctx.Err() != nil && class != ErrMisconfigured {
+		return r.wrap(class, what, ctx.Err())
 	}
-	if len(r.nodeErrs) == 0 {
-		if r.nodes == 1 {
-			return fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, key)
-		}
-		return fmt.Errorf("%w: %q is held by another owner (%d of %d nodes granted, %d needed)",
-			ErrNotAcquired, key, r.granted, r.nodes, r.quorum)
-	}
-	return fmt.Errorf("%w: %q: quorum not reached (%d of %d nodes granted, %d needed): %w",
-		ErrNotAcquired, key, r.granted, r.nodes, r.quorum, errors.Join(r.nodeErrs...))
+	return r.wrap(class, what)
 }
 
 // attempt runs one acquisition round on every node. ks is nil for an attempt
@@ -649,7 +698,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		regs = ks.registration(ready)
 	}
 	none := nodeReg{pos: "0", queued: "0", refresh: "0"}
-	res := attemptResult{quorum: l.quorum, nodes: n}
+	res := attemptResult{outcome: l.newOutcome()}
 
 	// decided is closed once the attempt's outcome is known (k is set if it
 	// succeeded). An answer that comes after the round goes to the lock, or
@@ -658,7 +707,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	var k *Lock
 	late := func(r quorum.Result[acquireReply]) {
 		<-decided
-		e := effectOf(r.Err, r.Val.ok)
+		e := l.effectOf(r.Node, r.Err, r.Val.ok)
+		if ks != nil {
+			ks.lateAnswer(r.Node, regs[r.Node], e, r.Val.pos)
+		}
 		if k != nil {
 			k.lateAnswer(r.Node, e)
 		} else if p := e.passes(); p > 0 {
@@ -699,16 +751,18 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	var grantedNodes []int
 	// effects: what each node's answer (or its absence) shows.
 	effects := make([]effect, n)
+	answered := make([]bool, n)
 	for i := range effects {
 		effects[i] = effUnknown
 	}
 	for _, r := range results {
-		effects[r.Node] = effectOf(r.Err, r.Val.ok)
+		effects[r.Node] = l.effectOf(r.Node, r.Err, r.Val.ok)
+		answered[r.Node] = true
 		switch {
 		case r.Err != nil:
-			res.nodeErrs = append(res.nodeErrs, l.nodeErr(r.Node, r.Err))
+			res.failed(l, r.Node, r.Err)
 		case r.Val.ok:
-			res.granted++
+			res.ok++
 			grantedNodes = append(grantedNodes, r.Node)
 			fence = max(fence, r.Val.fence)
 		default:
@@ -733,14 +787,25 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 		}
 	}
+	res.missed(l, missing)
 	for _, m := range missing {
-		res.nodeErrs = append(res.nodeErrs, l.nodeErr(m.Node, m.Err))
 		if errors.Is(m.Err, quorum.ErrNotWaited) {
 			res.notWaited++
 		}
 	}
+	// A node that did not answer in the round answers late (the late
+	// handler then settles what it did), except one called inline (one
+	// Redis, ContextTimeoutEnabled), whose command may run at any time.
+	lateComes := n > 1 || !l.nodes[0].Inline(timeout)
+	if ks != nil {
+		for i, e := range effects {
+			if e == effUnknown && (answered[i] || !lateComes) {
+				ks.unanswered(i, regs[i])
+			}
+		}
+	}
 
-	if res.granted >= l.quorum {
+	if res.ok >= l.quorum {
 		ok := true
 		if n > 1 {
 			ok = l.raiseFences(ctx, nm, fence, results, timeout)
@@ -773,16 +838,14 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// nodes whose answer was lost or late.
 		now := time.Now()
 		for i, e := range effects {
-			if p := e.passes(); p > 0 && !res.closed {
+			if p := e.passes(); p > 0 && !res.closed && !(!answered[i] && lateComes) {
 				// A grant of a split vote wakes nobody: the release that
 				// freed the lock woke a waiter already.
 				l.clean(i, nm, token, cfg.ttl, p, now, e == effUnknown)
 			}
 		}
 	} else if ks != nil {
-		if member, stale := ks.acquired(grantedNodes); len(stale) > 0 {
-			l.leaveNodes(nm, member, stale)
-		}
+		ks.acquired(grantedNodes)
 	}
 	close(decided)
 	return k, res
@@ -841,11 +904,6 @@ func (l *Locker) subset(idx []int) []*quorum.Node {
 		ns[i] = l.nodes[j]
 	}
 	return ns
-}
-
-// callNode runs fn on node i, bounded by ctx alone.
-func callNode[T any](ctx context.Context, l *Locker, i int, fn func(ctx context.Context) (T, error)) (T, error, bool) {
-	return quorum.Call(ctx, l.nodes[i], time.Hour, fn, nil)
 }
 
 // runRelease runs release.lua on node i: expected is the owner token or a

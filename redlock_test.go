@@ -79,8 +79,8 @@ func TestRedlockMajorityFrozen(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := l.TryAcquire(ctx(t), "majority")
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire with 3 of 5 frozen: %v, want ErrNotAcquired", err)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire with 3 of 5 frozen: %v, want ErrUnavailable", err)
 	}
 	var ne *dlock.NodeError
 	if !errors.As(err, &ne) || !errors.Is(err, context.DeadlineExceeded) {
@@ -94,8 +94,8 @@ func TestRedlockMajorityFrozen(t *testing.T) {
 	defer cancel()
 	start = time.Now()
 	_, err = l.Acquire(dctx, "majority")
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire with 3 of 5 frozen: %v", err)
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with 3 of 5 frozen: %v, want ErrUnavailable and the deadline", err)
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("Acquire with an 800ms deadline took %s", el)
@@ -281,14 +281,14 @@ func TestRedlockSuspectNodes(t *testing.T) {
 	start := time.Now()
 	_, err = l.TryAcquire(ctx(t), "suspect")
 	first := time.Since(start)
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("first TryAcquire: %v", err)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("first TryAcquire: %v, want ErrUnavailable (the refusal alone does not decide)", err)
 	}
 	start = time.Now()
 	_, err = l.TryAcquire(ctx(t), "suspect")
 	second := time.Since(start)
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("second TryAcquire: %v", err)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("second TryAcquire: %v, want ErrUnavailable", err)
 	}
 	var ne *dlock.NodeError
 	if !errors.As(err, &ne) {

@@ -836,3 +836,176 @@ return 1`, nil).Err()
 		t.Fatal(err)
 	}
 }
+
+// Found in review: an attempt that registers a waiter on a frozen node, and
+// whose answer never comes, writes the registration when the node resumes.
+// Waiters that gave up during the freeze must not leave such ghosts ahead
+// of a live waiter.
+func TestNoGhostRegistrationFromUnansweredAttempt(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	k, err := newLocker(t, c).Acquire(ctx(t), "ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone []*dlock.Locker
+	for range 2 {
+		l := newLocker(t, s.Client())
+		wctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if _, err := l.Acquire(wctx, "ghost"); !errors.Is(err, dlock.ErrNotAcquired) { // subscribes its inbox
+			t.Fatalf("warm-up Acquire: %v", err)
+		}
+		cancel()
+		gone = append(gone, l)
+	}
+	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{ghost}:waiters").Val() == 0 }, "warm-up registrations removed")
+	thaw := freeze(t, s)
+	var wg sync.WaitGroup
+	for _, l := range gone {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			l.Acquire(wctx, "ghost")
+		}()
+	}
+	wg.Wait()
+	thaw()
+	waitFor(t, func() bool { return c.ZCard(ctx(t), "dlock:{ghost}:waiters").Val() == 0 },
+		"the registrations written late for waiters that gave up to be removed")
+	got := queued(t, newLocker(t, s.Client()), c, "ghost", 1)
+	handoff(t, k, got, "a live waiter behind waiters that gave up during a freeze")
+}
+
+// Found in review: go-redis retries a script whose read timed out; a retry
+// that cannot get a connection ends in "connection pool timeout", although
+// the first try was sent and runs when the node resumes.
+func TestRetriedAcquireEndingInPoolTimeoutCleanedUp(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 1, ReadTimeout: 200 * time.Millisecond,
+		PoolTimeout: 100 * time.Millisecond, MaxRetries: 1, MinRetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond})
+	defer c.Close()
+	l := newLocker(t, c)
+	warm, err := l.TryAcquire(ctx(t), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Release(ctx(t))
+	thaw := freeze(t, s)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 { // other calls of the process keep the one connection busy
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.Get(context.Background(), "other")
+			}
+		}()
+	}
+	if k, err := l.TryAcquire(ctx(t), "late"); err == nil {
+		k.Release(ctx(t))
+		t.Fatal("acquired on a frozen node")
+	}
+	close(stop)
+	wg.Wait()
+	thaw()
+	admin := s.Client()
+	defer admin.Close()
+	waitFor(t, func() bool { return admin.Exists(ctx(t), "dlock:{late}").Val() == 0 },
+		"the key of the retried acquisition to be cleaned up")
+}
+
+// Found in review: with a ContextTimeoutEnabled client, a renewal waiting
+// for a frozen node ran inline and ignored Close's cancellation.
+func TestCloseDuringStuckRenewalCtxClient(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1})
+	defer c.Close()
+	var armed atomic.Bool
+	renewing := make(chan struct{}, 1)
+	c.AddHook(scriptSignal{armed: &armed, ch: renewing})
+	l := dlock.New(c, dlock.WithNodeTimeout(200*time.Millisecond))
+	k, err := l.Acquire(ctx(t), "stuck", dlock.WithTTL(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeze(t, s)
+	armed.Store(true)
+	<-renewing
+	start := time.Now()
+	l.Close()
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Close took %s with a renewal stuck on a frozen node", el)
+	}
+	select {
+	case <-k.Lost():
+	default:
+		t.Error("Close returned with the lock's Lost open")
+	}
+}
+
+// Found in review: Status and ForceRelease ignored a refused prefix and acted
+// on the default one: a force release deleted another application's lock.
+func TestAdminRefusesBadPrefix(t *testing.T) {
+	l, s, _ := single(t)
+	k, err := l.TryAcquire(ctx(t), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	admin := newLocker(t, s.Client(), dlock.WithPrefix("{app}:"))
+	if _, err := admin.Status(ctx(t), "job"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Status with a braced prefix: %v, want ErrInvalid", err)
+	}
+	if n, err := admin.ForceRelease(ctx(t), "job"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("ForceRelease with a braced prefix: deleted on %d node(s), %v; want ErrInvalid", n, err)
+	}
+	if err := k.Extend(ctx(t), 30*time.Second); err != nil {
+		t.Errorf("the lock under the default prefix was touched: %v", err)
+	}
+}
+
+// Found in review: Extend with a context that had already ended sent
+// nothing, but counted as an unconfirmed Extend and capped the lock.
+func TestExtendWithEndedContext(t *testing.T) {
+	l, _, _ := single(t)
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		k, err := l.TryAcquire(ctx(t), "cancelled")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Extend(cctx, 200*time.Millisecond); !errors.Is(err, context.Canceled) {
+			t.Errorf("try %d: Extend with a cancelled ctx: %v, want context.Canceled", i, err)
+		}
+		if left := time.Until(k.ValidUntil()); left < 10*time.Second {
+			t.Fatalf("try %d: an Extend that sent nothing cut the validity of a 30s lock to %s", i, left.Round(time.Millisecond))
+		}
+		if err := k.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Found in review: a nil *redis.Client panicked in NewRedlock.
+func TestTypedNilClient(t *testing.T) {
+	var c *redis.Client
+	if _, err := dlock.NewRedlock([]redis.UniversalClient{c}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewRedlock with a nil *redis.Client: %v, want ErrInvalid", err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "dlock: New called with a nil client") {
+			t.Errorf("New with a nil *redis.Client: panic %v, want the package's message", r)
+		}
+	}()
+	dlock.New(c)
+}

@@ -20,6 +20,9 @@ type keyState struct {
 	names *names
 
 	refs int // guarded by l.mu
+	// gone is set when the last Acquire left (guarded by mu): an answer that
+	// comes later is settled on its own.
+	gone bool
 
 	// head is the local queue: the goroutine that holds its one slot is the
 	// only one of this Locker that talks to Redis for the key; the others
@@ -41,8 +44,11 @@ type keyState struct {
 // nodeWait is a waiter's registration on one node.
 type nodeWait struct {
 	pos    string    // queue position from the last reply, "0" for none
-	queued bool      // the member may sit in the waiting set
+	queued bool      // the member sits in the waiting set (a reply said so)
 	regAt  time.Time // when the registration was last written; zero: write it
+	// maybe: an attempt that registers went unanswered, and may write the
+	// registration when the node resumes, whatever a later reply says.
+	maybe bool
 }
 
 // waiterMember names this Locker's waiter for key; seq tells apart waiters of
@@ -92,12 +98,9 @@ func (l *Locker) putKeyState(ks *keyState) {
 		return
 	}
 	ks.mu.Lock()
-	member, nodes := ks.member, ks.queuedNodes()
-	ks.reset(len(nodes) > 0)
+	ks.gone = true
+	ks.leave()
 	ks.mu.Unlock()
-	if len(nodes) > 0 {
-		l.leaveNodes(ks.names, member, nodes)
-	}
 }
 
 // nodeReg is what an attempt passes to one node about the waiter.
@@ -123,7 +126,7 @@ func (ks *keyState) registration(ready []bool) []nodeReg {
 		}
 		nw := &ks.nodes[i]
 		regs[i] = nodeReg{member: ks.member, pos: nw.pos, queued: "0", refresh: "0"}
-		if nw.queued {
+		if nw.queued || nw.maybe {
 			regs[i].queued = "1"
 		}
 		if nw.regAt.IsZero() || time.Since(nw.regAt) > waiterLease/3 {
@@ -150,32 +153,81 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string) {
 	}
 }
 
+// unanswered records that node i did not answer an attempt that sent it
+// the registration reg: it may write it when it resumes.
+func (ks *keyState) unanswered(i int, reg nodeReg) {
+	if reg.member == "" {
+		return
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if reg.member == ks.member {
+		ks.nodes[i].maybe = true
+	}
+}
+
+// lateAnswer settles the registration reg that an attempt sent to node i,
+// whose answer (showing e, and the queue position pos on a refusal) came
+// after the round: the registration exists if the node refused the lock,
+// and may exist (or be written yet) if the effect is not known. If the
+// waiter has moved on meanwhile (it took the lock, or gave up), the
+// registration is removed at once.
+func (ks *keyState) lateAnswer(i int, reg nodeReg, e effect, pos string) {
+	if reg.member == "" {
+		return
+	}
+	refused := e == effNone && pos != "" && pos != "0"
+	if !refused && e != effUnknown {
+		return
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	current := !ks.gone && reg.member == ks.member
+	switch {
+	case current && refused:
+		ks.nodes[i].queued = true
+		if ks.nodes[i].pos == "0" {
+			ks.nodes[i].pos = pos
+		}
+	case current:
+		ks.nodes[i].maybe = true
+	case refused:
+		ks.l.leave(i, ks.names, reg.member, 1)
+	default:
+		ks.l.leave(i, ks.names, reg.member, 2)
+	}
+}
+
 // acquired records that this process's waiter took the lock: the nodes that
-// granted it dropped the registration. It returns the member and the nodes
-// that may still hold a registration (nodes that refused, on a quorum),
-// which the caller removes; the waiter then gets a new member, so that the
-// removal cannot hit a later registration.
-func (ks *keyState) acquired(granted []int) (string, []int) {
+// granted it dropped the registration. The registrations that may be left
+// (nodes that refused, on a quorum, and nodes where an attempt went
+// unanswered) are removed in the background; the waiter then gets a new
+// member, so that the removal cannot hit a later registration.
+func (ks *keyState) acquired(granted []int) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for _, i := range granted {
 		ks.nodes[i].queued = false
 	}
-	member := ks.member
-	stale := ks.queuedNodes()
-	ks.reset(len(stale) > 0)
-	return member, stale
+	ks.leave()
 }
 
-// queuedNodes lists the nodes where the member may be registered; ks.mu is held.
-func (ks *keyState) queuedNodes() []int {
-	var nodes []int
+// leave removes the member's registrations in the background (see
+// Locker.leave) and forgets them; ks.mu is held.
+func (ks *keyState) leave() {
+	left := false
 	for i, nw := range ks.nodes {
-		if nw.queued {
-			nodes = append(nodes, i)
+		switch {
+		case nw.maybe:
+			ks.l.leave(i, ks.names, ks.member, 2)
+		case nw.queued:
+			ks.l.leave(i, ks.names, ks.member, 1)
+		default:
+			continue
 		}
+		left = true
 	}
-	return nodes
+	ks.reset(left)
 }
 
 // reset forgets the registration, and gives the waiter a new member if
@@ -236,26 +288,6 @@ func (ks *keyState) stopStandIn() {
 		ks.standIn.Stop()
 		ks.standIn = nil
 	}
-}
-
-// leaveNodes removes a waiter from the waiting sets of the given nodes, in
-// the background, handing on a reservation made for it.
-func (l *Locker) leaveNodes(nm *names, member string, nodes []int) {
-	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), maxNodeTimeout)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, i := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _, _ = callNode(ctx, l, i, func(ctx context.Context) (int64, error) {
-					return l.runRelease(ctx, i, nm, "~"+member, member, true)
-				})
-			}()
-		}
-		wg.Wait()
-	})
 }
 
 // deliver routes a message from the Locker's inbox: "w MEMBER" wakes the
@@ -356,8 +388,13 @@ type subscriber struct {
 
 	mu      sync.Mutex
 	ps      *redis.PubSub
-	ready   chan struct{} // closed on the first confirmation
-	isReady bool
+	ready   chan struct{} // closed on the first confirmation, or a refusal
+	woken   bool          // ready is closed
+	isReady bool          // confirmed: an attempt may register as a waiter
+	// refused is the permanent error with which the node refused the
+	// subscription (NOPERM: the user may not use the channel), until a
+	// later confirmation.
+	refused error
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -398,6 +435,10 @@ func (s *subscriber) loop(ps *redis.PubSub) {
 			if s.isClosed() || errors.Is(err, redis.ErrClosed) {
 				return
 			}
+			if permanent(err) {
+				s.refuse(err)
+				continue
+			}
 			// The connection broke; the next Receive reconnects and
 			// subscribes again. Back off while the node stays down.
 			failures++
@@ -426,12 +467,45 @@ func (s *subscriber) loop(ps *redis.PubSub) {
 // which follows a reconnection, a release may have gone unheard.
 func (s *subscriber) confirmed() {
 	s.mu.Lock()
-	if !s.isReady {
-		s.isReady = true
-		close(s.ready)
-	}
+	s.isReady, s.refused = true, nil
+	s.wakeReady()
 	s.mu.Unlock()
 	s.l.wakeAll()
+}
+
+// wakeReady closes ready once; s.mu is held.
+func (s *subscriber) wakeReady() {
+	if !s.woken {
+		s.woken = true
+		close(s.ready)
+	}
+}
+
+// refuse records that the node refused the subscription for good, and lets
+// the waiters know (they report it: see Locker.inboxRefused).
+func (s *subscriber) refuse(err error) {
+	s.mu.Lock()
+	s.isReady, s.refused = false, err
+	s.wakeReady()
+	s.mu.Unlock()
+	s.l.wakeAll()
+}
+
+// inboxRefused returns an error when so many nodes refused the inbox
+// subscription that no quorum of them can wake a waiter.
+func (l *Locker) inboxRefused() error {
+	var errs []error
+	for i, s := range l.subs {
+		s.mu.Lock()
+		if s.refused != nil {
+			errs = append(errs, l.nodeErr(i, s.refused))
+		}
+		s.mu.Unlock()
+	}
+	if len(errs) > len(l.nodes)-l.quorum {
+		return joined(errs)
+	}
+	return nil
 }
 
 func (s *subscriber) isClosed() bool {

@@ -84,18 +84,11 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		if errors.Is(err, dlock.ErrInvalid) {
 			return c.usageError("status", "%s", errText(err))
 		}
-		var msgs []string
-		for _, n := range st.Nodes {
-			if n.Err != nil {
-				msgs = append(msgs, errText(&dlock.NodeError{Addr: n.Addr, Err: n.Err}))
-			}
+		if code := c.redisFailure(t, err); code >= 0 {
+			return code
 		}
-		if len(msgs) == 0 {
-			msgs = append(msgs, errText(err))
-		}
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), strings.Join(msgs, "; "))
-		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
-		return exitUnavailable
+		c.errorf("status of %q: %s", key, errText(err))
+		return exitFailure
 	}
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence,
 		Waiters: st.Waiters, Quorum: len(st.Nodes)/2 + 1, Nodes: make([]nodeJSON, len(st.Nodes))}
@@ -196,13 +189,13 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	// What is about to be deleted, to say so; a snapshot, best effort.
 	st, _ := t.locker.Status(ctx, key)
 	n, err := t.locker.ForceRelease(ctx, key)
-	if err != nil && n == 0 && t.unreachable(ctx, err) {
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
-		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
-		return exitUnavailable
-	}
 	if err != nil && errors.Is(err, dlock.ErrInvalid) {
 		return c.usageError("release", "%s", errText(err))
+	}
+	if err != nil && n == 0 {
+		if code := c.redisFailure(t, err); code >= 0 {
+			return code
+		}
 	}
 	switch {
 	case n == 0:

@@ -27,6 +27,7 @@ const (
 	exitUnavailable = 69 // EX_UNAVAILABLE: no Redis node could be reached
 	exitNotAcquired = 75 // EX_TEMPFAIL: the lock is held elsewhere; try later
 	exitLockLost    = 76 // the lock was lost while the command ran
+	exitConfig      = 78 // EX_CONFIG: Redis refused the commands (auth, ACL, wrong type, topology)
 	exitCannotExec  = 126
 	exitNotFound    = 127
 )
@@ -350,30 +351,54 @@ func redactIn(msg, raw string) string {
 	return msg
 }
 
-// unreachable reports whether err names failed nodes and not one node of t
-// answers a PING now: Redis cannot be reached at all. (An operation's error
-// cannot say so alone: a round ends as soon as its outcome is known, without
-// waiting for every node.)
-func (t *target) unreachable(ctx context.Context, err error) bool {
-	if countNodeErrors(err) == 0 {
-		return false
+// redisFailure reports an error of the library that is about Redis, not
+// about the lock, and returns its exit status: 78 (EX_CONFIG) when Redis
+// refused the commands for good (ErrMisconfigured), 69 (EX_UNAVAILABLE) when
+// too few nodes answered (ErrUnavailable). Both are printed, also with -q: a
+// misconfigured fleet must not be silent. It returns -1 for other errors.
+func (c *cli) redisFailure(t *target, err error) int {
+	switch {
+	case errors.Is(err, dlock.ErrMisconfigured):
+		c.errorf("Redis at %s refused dlock's commands: %s", t.describe(), nodeErrorsText(err))
+		c.hintf("%s", configHint(err))
+		return exitConfig
+	case errors.Is(err, dlock.ErrUnavailable):
+		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
+		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up and answering")
+		return exitUnavailable
 	}
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	answered := make(chan bool, len(t.clients))
-	for _, cl := range t.clients {
-		go func() { answered <- cl.Ping(ctx).Err() == nil }()
-	}
-	for range t.clients {
-		if <-answered {
-			return false
-		}
-	}
-	return true
+	return -1
 }
 
-// pingTimeout bounds the reachability check that follows a failure.
-const pingTimeout = time.Second
+// configHint says what to do about a permanent error of Redis.
+func configHint(err error) string {
+	msg := err.Error()
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(msg, s) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("WRONGPASS", "NOAUTH", "invalid password", "AUTH", "unauthenticated"):
+		return "check the user name and password in the URL: redis://USER:PASSWORD@HOST:PORT"
+	case has("NOPERM"):
+		return "the Redis user may not run a command, or use a key or channel, that dlock needs: grant it the keys and channels under the prefix (--prefix, default dlock:)"
+	case has("WRONGTYPE"):
+		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
+	case has("MOVED", "CROSSSLOT", "ASK "):
+		return "the server is a node of a Redis Cluster, which a single-server URL cannot use"
+	case has("DB index"):
+		return "the database number in the URL (redis://HOST:PORT/DB) does not exist on the server"
+	case has("x509", "certificate", "tls:"):
+		return "the server's TLS certificate is not trusted: point SSL_CERT_FILE at the certificate of its CA"
+	case has("unknown command"):
+		return "the server lacks a command dlock needs (renamed or disabled, or an old Redis)"
+	}
+	return "fix the server's configuration or the URL; waiting will not help"
+}
 
 // nodeErrorsText lists the node failures in err, on one line.
 func nodeErrorsText(err error) string {

@@ -449,7 +449,7 @@ func (d *demoRun) redlock(ctx context.Context) error {
 			_ = k.Release(ctx)
 			continue
 		}
-		if errors.Is(err, dlock.ErrNotAcquired) && countNodeErrors(err) >= 3 {
+		if errors.Is(err, dlock.ErrUnavailable) && countNodeErrors(err) >= 3 {
 			refused++
 			lastErr = err
 		}
@@ -484,10 +484,9 @@ func (d *demoRun) redlock(ctx context.Context) error {
 // quorumReason extracts "quorum not reached (...)" from an acquisition error.
 func quorumReason(err error) string {
 	msg := errText(err)
-	if i := strings.Index(msg, "quorum not reached"); i >= 0 {
-		msg = msg[i:]
-		if j := strings.Index(msg, ")"); j >= 0 {
-			return msg[:j+1]
+	if i := strings.Index(msg, " ("); i >= 0 {
+		if j := strings.Index(msg[i:], ")"); j >= 0 {
+			return "too few nodes answered" + msg[i:i+j+1]
 		}
 	}
 	return msg

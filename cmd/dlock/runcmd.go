@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -124,15 +123,17 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		if wait > 0 {
 			deadline = time.Now().Add(wait)
 		}
-		// A first attempt on its own tells an unreachable Redis (every node
-		// failed) from a lock held elsewhere: a waiting Acquire would only
-		// report its deadline.
-		k, err := t.locker.TryAcquire(actx, key, dlock.WithTTL(ttl))
-		if err != nil && wait > 0 && errors.Is(err, dlock.ErrNotAcquired) && !t.unreachable(actx, err) {
-			c.debugf("%q is held elsewhere; waiting up to %s", key, wait)
+		// One attempt; or Acquire, which waits for a busy lock and tries
+		// again on unavailable nodes until the deadline, and returns a
+		// misconfiguration at once.
+		var k *dlock.Lock
+		var err error
+		if wait > 0 {
 			wctx, wcancel := context.WithDeadline(actx, deadline)
 			k, err = t.locker.Acquire(wctx, key, dlock.WithTTL(ttl))
 			wcancel()
+		} else {
+			k, err = t.locker.TryAcquire(actx, key, dlock.WithTTL(ttl))
 		}
 		done <- result{k, err}
 	}()
@@ -161,13 +162,12 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		return r.lock, exitOK
 	case errors.Is(err, dlock.ErrInvalid):
 		return nil, c.usageError("run", "%s", errText(err))
-	case ctx.Err() == nil && t.unreachable(ctx, err):
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
-		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up")
-		return nil, exitUnavailable
-	case countNodeErrors(err) > 0:
-		why := strings.Replace(errText(err), fmt.Sprintf("lock not acquired: %q: ", key), "", 1)
-		c.notef("could not acquire %q: %s; the command did not run", key, why)
+	case !errors.Is(err, dlock.ErrNotAcquired):
+		if code := c.redisFailure(t, err); code >= 0 {
+			return nil, code
+		}
+		c.errorf("could not acquire %q: %s; the command did not run", key, errText(err))
+		return nil, exitFailure
 	case wait > 0:
 		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
 	default:
@@ -189,10 +189,7 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		"DLOCK_KEY="+lock.Key(),
 		"DLOCK_TOKEN="+lock.Token(),
 		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
-	// Its own process group, so that a signal reaches the shell's children
-	// too; and killed if dlock dies, since its lock will then expire and
-	// another host start the same job.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = commandAttr()
 	cmd.WaitDelay = waitDelay
 
 	started := make(chan error, 1)

@@ -27,8 +27,13 @@ type Node struct {
 	// Addr names the node in errors.
 	Addr string
 	// HonoursCtx is true when the client applies ctx deadlines to reads, so
-	// a call can run inline.
+	// a short call can run inline (see Call).
 	HonoursCtx bool
+	// NoRetries is true when the client never retries a command
+	// (MaxRetries < 0): then a failure to get a connection means that the
+	// command was never sent. With retries, a command may have been sent by
+	// an earlier try whatever the last one says.
+	NoRetries bool
 
 	// suspectUntil (Unix ns) is set when the node left a round without an
 	// answer, and cleared by its next successful answer: while it is set,
@@ -91,6 +96,9 @@ func (n *Node) answered(err error) {
 	}
 }
 
+// Inline reports whether a call with this timeout runs inline (see Call).
+func (n *Node) Inline(timeout time.Duration) bool { return n.HonoursCtx && timeout <= MaxInline }
+
 // NewNode describes client, deriving its address and whether it applies
 // context deadlines from its options.
 func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
@@ -98,13 +106,13 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	switch c := client.(type) {
 	case *redis.Client:
 		o := c.Options()
-		n.Addr, n.HonoursCtx = o.Addr, o.ContextTimeoutEnabled
+		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
 	case *redis.ClusterClient:
 		o := c.Options()
 		if len(o.Addrs) > 0 {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
-		n.HonoursCtx = o.ContextTimeoutEnabled
+		n.HonoursCtx, n.NoRetries = o.ContextTimeoutEnabled, o.MaxRetries < 0 && o.MaxRedirects < 0
 	case *redis.Ring:
 		o := c.Options()
 		n.HonoursCtx = o.ContextTimeoutEnabled
@@ -122,14 +130,23 @@ type Result[T any] struct {
 	Err  error
 }
 
+// MaxInline is the longest timeout of a call that runs inline on a client
+// that honours ctx deadlines. go-redis applies a context's deadline to reads
+// but not its cancellation, so an inline call outlives a cancelled context
+// until its deadline; a longer call (a renewal waits up to the end of the
+// lock's validity) runs on a worker, and the caller stops waiting when ctx
+// is cancelled.
+const MaxInline = time.Second
+
 // Call runs fn on one node and returns when fn returns, timeout elapses or
 // ctx ends, whichever is first. answered is false when no answer came in
 // time: then err is the context's error and, if late is not nil, late gets
 // fn's result once fn returns. A client that honours ctx deadlines runs fn
-// inline, and a context error it returns also counts as no answer.
+// inline when timeout is at most MaxInline (late is then never called), and
+// a context error it returns also counts as no answer.
 func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context) (T, error), late func(T, error)) (v T, err error, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	if n.HonoursCtx {
+	if n.Inline(timeout) {
 		defer cancel()
 		v, err = fn(ctx)
 		if err != nil && ctx.Err() != nil {
