@@ -11,9 +11,17 @@ build:
 # Make sure redis-server is there (installed from Debian's package when
 # missing and running as root), then vet and run every test under the race
 # detector against real redis-server processes started by the tests.
+# The CLI is vetted for macOS too, and every module under extra/ (each its
+# own go.mod) is vetted and tested the same way.
 test: redis
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./cmd/...
 	$(GO) test -race -count=1 ./...
+	@for m in extra/*/go.mod; do \
+		[ -f "$$m" ] || continue; \
+		d=$$(dirname "$$m"); echo "== $$d"; \
+		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./...) || exit 1; \
+	done
 
 # The main job: start local redis-servers and show the lock at work.
 demo: redis

@@ -145,6 +145,21 @@
 // registration is removed and a reservation made for it handed on; a dead
 // waiter's registration is dropped once its lease (3 minutes) runs out.
 //
+// # Errors
+//
+// An acquisition that fails says why, in one of three disjoint classes, so
+// that a misconfigured deployment never passes for a busy lock:
+// [ErrNotAcquired] (held by someone else: the refusals alone put the quorum
+// out of reach), [ErrUnavailable] (too few nodes answered: transient, and
+// Acquire keeps trying on a short backoff until its context ends), and
+// [ErrMisconfigured] (a permanent error that waiting cannot fix, such as a
+// wrong password, a missing ACL permission, another type at a lock key, or
+// a Cluster node behind a plain client: returned at once). Each wraps the
+// nodes' failures as [*NodeError]. Extend and Release fail with
+// [ErrNotHeld], ErrUnavailable or ErrMisconfigured in the same way. A user
+// whose ACL forbids the waiters' pub/sub channel (PREFIX + "inbox:*") can
+// TryAcquire, but Acquire on a held lock returns ErrMisconfigured.
+//
 // # Closing
 //
 // [Locker.Close] gives back every lock the Locker holds, so that a graceful

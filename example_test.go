@@ -143,3 +143,49 @@ func ExampleLock_Fence() {
 	fmt.Println(b.Fence() > fa)
 	// Output: true
 }
+
+// The three ways an acquisition fails, each on its own class: the lock is
+// busy, Redis cannot be reached, or Redis refuses the commands.
+func ExampleErrMisconfigured() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+	ctx := context.Background()
+
+	classify := func(err error) string {
+		switch {
+		case err == nil:
+			return "acquired"
+		case errors.Is(err, dlock.ErrNotAcquired):
+			return "busy: another process holds it; try later"
+		case errors.Is(err, dlock.ErrUnavailable):
+			return "unavailable: too few Redis nodes answered; transient"
+		case errors.Is(err, dlock.ErrMisconfigured):
+			return "misconfigured: waiting will not help; fix it"
+		}
+		return err.Error()
+	}
+
+	held, _ := locker.TryAcquire(ctx, "example:classes")
+	_, err := locker.TryAcquire(ctx, "example:classes")
+	fmt.Println(classify(err))
+	held.Release(ctx)
+
+	// Another program stored a hash under the lock's key.
+	client.HSet(ctx, "dlock:{example:hash}", "field", "value")
+	_, err = locker.Acquire(ctx, "example:hash") // returns at once
+	fmt.Println(classify(err))
+
+	// Nothing listens on port 1.
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer down.Close()
+	unreachable := dlock.New(down)
+	defer unreachable.Close()
+	_, err = unreachable.TryAcquire(ctx, "example:down")
+	fmt.Println(classify(err))
+	// Output:
+	// busy: another process holds it; try later
+	// misconfigured: waiting will not help; fix it
+	// unavailable: too few Redis nodes answered; transient
+}

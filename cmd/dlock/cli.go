@@ -382,7 +382,9 @@ func configHint(err error) string {
 		return false
 	}
 	switch {
-	case has("WRONGPASS", "NOAUTH", "invalid password", "AUTH", "unauthenticated"):
+	case has("NOAUTH", "unauthenticated"):
+		return "the server requires a password: give it in the URL, redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT)"
+	case has("WRONGPASS", "invalid password", "AUTH"):
 		return "check the user name and password in the URL: redis://USER:PASSWORD@HOST:PORT"
 	case has("NOPERM"):
 		return "the Redis user may not run a command, or use a key or channel, that dlock needs: grant it the keys and channels under the prefix (--prefix, default dlock:)"

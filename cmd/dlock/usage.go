@@ -80,10 +80,16 @@ Flags:
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
-    75             the lock was not acquired within --wait; COMMAND did not run
+    75             the lock was held elsewhere for all of --wait; COMMAND did not
+                   run (silent with -q)
     76             the lock was lost while COMMAND ran; COMMAND was stopped
     64             usage error: bad flags, Redis URL, KEY or COMMAND missing
-    69             Redis could not be reached at all
+    69             too few Redis nodes answered (down, frozen, unreachable), for
+                   all of --wait; printed also with -q
+    78             Redis refused the commands: wrong password, ACL permission,
+                   a value of another type at the lock's key, a Cluster node
+                   through a plain URL, a database that does not exist, an
+                   untrusted TLS certificate; printed also with -q
     126, 127       COMMAND could not be executed, or was not found
 
 Examples:
@@ -105,7 +111,8 @@ Flags:
         "waiters", "quorum", "nodes": [{"addr", "held", "reserved", "ttl_ms",
         "fence", "waiters", "error"}]}. ttl_ms is 0 when the key is not held.
 ` + redisFlagsUsage + `
-Exit status: 0, or 69 when no Redis node answered, 64 on a usage error.
+Exit status: 0; 69 when no Redis node answered; 78 when Redis refused the
+commands (see dlock help run); 64 on a usage error.
 
 Examples:
     dlock status backup
@@ -124,7 +131,7 @@ Flags:
         Required: confirms that the lock is to be deleted regardless of owner.
 ` + redisFlagsUsage + `
 Exit status: 0; 1 when some node could not be reached; 69 when none could;
-64 on a usage error.
+78 when Redis refused the commands; 64 on a usage error.
 
 Example:
     dlock release --force backup

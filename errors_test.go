@@ -1,0 +1,187 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// classes are the three acquisition errors, which are disjoint.
+var classes = []error{dlock.ErrNotAcquired, dlock.ErrUnavailable, dlock.ErrMisconfigured}
+
+// isClass checks that err is of class want, and of no other class.
+func isClass(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", what, err, want)
+	}
+	for _, c := range classes {
+		if c != want && errors.Is(err, c) {
+			t.Errorf("%s: %v is also %v: the classes must be disjoint", what, err, c)
+		}
+	}
+}
+
+// TestErrorClasses: each misconfiguration a user can make, on a real server,
+// gets ErrMisconfigured at once, also from Acquire with a context that would
+// wait long; unreachable nodes get ErrUnavailable; a busy lock ErrNotAcquired.
+func TestErrorClasses(t *testing.T) {
+	plain := dlocktest.Start(t)
+	secured := dlocktest.Start(t, dlocktest.WithArgs("--requirepass", "secret"))
+	admin := redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "secret"})
+	defer admin.Close()
+	for _, acl := range [][]any{
+		{"ACL", "SETUSER", "nokeys", "on", ">pw", "~other:*", "&*", "+@all"},
+		{"ACL", "SETUSER", "nochannels", "on", ">pw", "~dlock:*", "resetchannels", "+@all"},
+	} {
+		if err := admin.Do(ctx(t), acl...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster := dlocktest.StartCluster(t, 3)
+	dead := dlocktest.Start(t)
+	dead.Kill()
+
+	pc := plain.Client()
+	defer pc.Close()
+	pc.HSet(ctx(t), "dlock:{hash}", "field", "value")
+	pc.Set(ctx(t), "dlock:{badfence}:fence", "not a number", 0)
+	held, err := newLocker(t, pc).TryAcquire(ctx(t), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx(t))
+	// A key that a plain client to the first master must be MOVED for.
+	var moved string
+	first := cluster.Servers[0].Client()
+	defer first.Close()
+	for i := 0; moved == ""; i++ {
+		k := "k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		if first.Get(ctx(t), "dlock:{"+k+"}").Err() != nil && strings.HasPrefix(first.Get(ctx(t), "dlock:{"+k+"}").Err().Error(), "MOVED") {
+			moved = k
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		opts redis.Options
+		key  string
+		want error
+	}{
+		{"wrong password", redis.Options{Addr: secured.Addr(), Password: "wrong"}, "k", dlock.ErrMisconfigured},
+		{"no password", redis.Options{Addr: secured.Addr()}, "k", dlock.ErrMisconfigured},
+		{"ACL user without the keys", redis.Options{Addr: secured.Addr(), Username: "nokeys", Password: "pw"}, "k", dlock.ErrMisconfigured},
+		{"a hash at the lock key", redis.Options{Addr: plain.Addr()}, "hash", dlock.ErrMisconfigured},
+		{"a fence counter that is not a number", redis.Options{Addr: plain.Addr()}, "badfence", dlock.ErrMisconfigured},
+		{"a Cluster node through a plain client", redis.Options{Addr: cluster.Servers[0].Addr()}, moved, dlock.ErrMisconfigured},
+		{"a database that does not exist", redis.Options{Addr: plain.Addr(), DB: 99}, "k", dlock.ErrMisconfigured},
+		{"connection refused", redis.Options{Addr: dead.Addr()}, "k", dlock.ErrUnavailable},
+		{"held by another owner", redis.Options{Addr: plain.Addr()}, "held", dlock.ErrNotAcquired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts
+			c := redis.NewClient(&opts)
+			defer c.Close()
+			l := newLocker(t, c)
+			_, err := l.TryAcquire(ctx(t), tc.key)
+			isClass(t, "TryAcquire", err, tc.want)
+			var ne *dlock.NodeError
+			if tc.want != dlock.ErrNotAcquired && !errors.As(err, &ne) {
+				t.Errorf("TryAcquire: %v does not name the node", err)
+			}
+			if tc.want != dlock.ErrMisconfigured {
+				return
+			}
+			// Acquire does not wait on a permanent error.
+			actx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err = l.Acquire(actx, tc.key)
+			isClass(t, "Acquire", err, dlock.ErrMisconfigured)
+			if actx.Err() != nil {
+				t.Errorf("Acquire waited for its context on a permanent error: %v", err)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire: %v wraps a deadline that did not end the call", err)
+			}
+		})
+	}
+
+	t.Run("subscription refused", func(t *testing.T) {
+		// The user may use the keys but not the waiters' channel: waiting
+		// cannot work, and must say so instead of sleeping.
+		other := newLocker(t, admin)
+		k, err := other.TryAcquire(ctx(t), "sub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(ctx(t))
+		c := redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "nochannels", Password: "pw"})
+		defer c.Close()
+		l := newLocker(t, c)
+		_, err = l.TryAcquire(ctx(t), "sub")
+		isClass(t, "TryAcquire", err, dlock.ErrNotAcquired)
+		actx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err = l.Acquire(actx, "sub")
+		isClass(t, "Acquire", err, dlock.ErrMisconfigured)
+		if actx.Err() != nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "dlock:inbox:") {
+			t.Errorf("Acquire without the channel permission: %v, want at once an error naming the channel and NOPERM", err)
+		}
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		l := dlock.New(pc)
+		l.Close()
+		_, err := l.TryAcquire(ctx(t), "k")
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("TryAcquire on a closed Locker: %v, want ErrClosed", err)
+		}
+		for _, c := range classes {
+			if errors.Is(err, c) {
+				t.Errorf("TryAcquire on a closed Locker: %v is also %v", err, c)
+			}
+		}
+	})
+}
+
+// TestRedlockErrorClasses: on a quorum, the class says what a quorum needs.
+func TestRedlockErrorClasses(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	good := dlocktest.Clients(t, servers...)
+	wrong := func(i int) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: servers[i].Addr(), Username: "nobody", Password: "wrong"})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	redlockOf := func(clients ...redis.UniversalClient) *dlock.Locker {
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+
+	// One node misconfigured: a quorum still forms.
+	k, err := redlockOf(wrong(0), good[1], good[2]).TryAcquire(ctx(t), "one-bad")
+	if err != nil {
+		t.Fatalf("with 1 of 3 nodes misconfigured: %v", err)
+	}
+	k.Release(ctx(t))
+
+	// Two: no quorum can form without fixing them.
+	_, err = redlockOf(wrong(0), wrong(1), good[2]).Acquire(ctx(t), "two-bad")
+	isClass(t, "2 of 3 nodes misconfigured", err, dlock.ErrMisconfigured)
+
+	// One misconfigured and one busy: waiting for the holder can help.
+	good[1].Set(ctx(t), "dlock:{mixed}", "someone else", time.Minute)
+	_, err = redlockOf(wrong(0), good[1], good[2]).TryAcquire(ctx(t), "mixed")
+	isClass(t, "1 misconfigured and 1 busy of 3", err, dlock.ErrNotAcquired)
+}
