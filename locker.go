@@ -331,10 +331,13 @@ func (l *Locker) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 
 // TryAcquire makes one attempt to acquire the lock named key and does not
 // wait. On success the caller owns the lock until it calls Release, or until
-// Lost fires. When the lock is held by someone else it returns an error
-// wrapping ErrNotAcquired; when a quorum of nodes could not be reached the
-// error also wraps each node's failure as *NodeError. Bad arguments return an
-// error wrapping ErrInvalid.
+// Lost fires. Otherwise the error wraps ErrNotAcquired when the lock is held
+// by someone else, ErrUnavailable when too few nodes answered, or
+// ErrMisconfigured when they refused the command for good, with each node's
+// failure as *NodeError; ErrClosed on a closed Locker; ErrInvalid for bad
+// arguments. A failed attempt leaves nothing behind in Redis: what it set on
+// some nodes, or what a node that did not answer may set when it resumes,
+// is cleaned up in the background.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	cfg, err := l.lockConfig(key, opts)
 	if err != nil {
@@ -366,9 +369,14 @@ func closedErr(key string) error { return fmt.Errorf("%w: acquire %q", ErrClosed
 // running out, or by a slow fallback timer; goroutines of one Locker waiting
 // for the same key queue locally and only the first one talks to Redis.
 //
-// When ctx ends first it returns an error wrapping both ErrNotAcquired and
-// ctx.Err(), and leaves nothing behind in Redis. Bad arguments return an error
-// wrapping ErrInvalid.
+// When ctx ends first it returns an error wrapping ctx.Err() and
+// ErrNotAcquired if the lock was held, or ErrUnavailable if too few nodes
+// answered (Acquire tries again on a short backoff, from the node timeout to
+// 1s, while they do not), and leaves nothing behind in Redis. It returns at
+// once an error wrapping ErrMisconfigured when the nodes refuse the command
+// for good (see ErrMisconfigured), including a refused subscription to the
+// waiters' channel; ErrClosed when the Locker is closed; ErrInvalid for bad
+// arguments.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	cfg, err := l.lockConfig(key, opts)
 	if err != nil {
