@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,5 +66,50 @@ func TestExitStatusByClass(t *testing.T) {
 				t.Errorf("status: exit %d, want %d", code, want)
 			}
 		})
+	}
+}
+
+// TestClosedStderr: dlock run -v ... 2>&1 | head -1 closes dlock's stderr
+// early; dlock must not die of SIGPIPE (its command would die with it and
+// the lock stay for its TTL): the command runs to its end, and the lock is
+// released.
+func TestClosedStderr(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // nobody reads: every write of dlock to stderr fails
+	done := filepath.Join(t.TempDir(), "done")
+	cmd := exec.Command(dlockBin, "run", "-v", "--redis", s.URL(), "job", "--",
+		"sh", "-c", "sleep 0.3; touch "+done)
+	cmd.Env = withoutDlockEnv(os.Environ())
+	cmd.Stderr = w
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		t.Errorf("dlock with a closed stderr: %v", err)
+	}
+	if _, err := os.Stat(done); err != nil {
+		t.Error("the command did not run to its end")
+	}
+	admin := s.Client()
+	defer admin.Close()
+	if admin.Exists(context.Background(), "dlock:{job}").Val() != 0 {
+		t.Error("the lock was not released")
+	}
+}
+
+// TestKeyBeforeDashes: with -- present, KEY must come before it.
+func TestKeyBeforeDashes(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := dlockRun(t, "run", "--redis", "redis://127.0.0.1:1", "--", "nice", "date")
+	if code != exitUsage || !strings.Contains(stderr, "missing KEY before --") {
+		t.Errorf("dlock run -- nice date: exit %d, %q; want 64 and a message about KEY", code, stderr)
+	}
+	code, _, stderr = dlockRun(t, "status", "--redis", "127.0.0.1:6379", "k")
+	if code != exitUsage || !strings.Contains(stderr, "write redis://127.0.0.1:6379") {
+		t.Errorf("a URL without a scheme: exit %d, %q; want 64 and the URL to write", code, stderr)
 	}
 }

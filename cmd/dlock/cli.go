@@ -279,6 +279,11 @@ func (r *redisFlags) open() (*target, error) {
 	seen := make(map[string]string)
 	for _, raw := range urls {
 		name := redactURL(raw)
+		if !strings.Contains(raw, "://") {
+			t.closeClients()
+			name = strings.TrimPrefix(redactURL("redis://"+raw), "redis://")
+			return nil, fmt.Errorf("bad Redis URL %s: no scheme: write redis://%s (or rediss:// for TLS)", name, name)
+		}
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
 			t.closeClients()

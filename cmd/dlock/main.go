@@ -11,8 +11,16 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
+	// A write to a closed stdout or stderr pipe (dlock run -v ... 2>&1 |
+	// head -1) would otherwise kill dlock with SIGPIPE, and the command
+	// with it, leaving the lock for its TTL: with SIGPIPE handled, the write
+	// fails and dlock goes on. (Handled, not ignored: the command is started
+	// with the default action, as a command of a shell would be.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
