@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -117,8 +118,14 @@ func permanent(err error) bool {
 		header   tls.RecordHeaderError
 		reply    *replyError
 	)
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply)
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) {
+		return true
+	}
+	// A TLS alert from the server: it refused the handshake, for example
+	// for want of a client certificate (mutual TLS).
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // replyError is a reply of a shape dlock does not expect: not Redis, or not

@@ -40,8 +40,9 @@ const startTimeout = 10 * time.Second
 
 // Server is one redis-server process listening on 127.0.0.1.
 type Server struct {
-	addr string
-	port int
+	addr    string
+	port    int
+	tlsAddr string // "" without WithTLS
 	args []string
 	dir  string // removed by Close, if set
 
@@ -56,7 +57,9 @@ type Server struct {
 type Option func(*config)
 
 type config struct {
-	extra []string
+	extra  []string
+	tls    *TLSFiles
+	mutual bool
 }
 
 // WithArgs passes extra command-line arguments to redis-server, for example
@@ -89,8 +92,16 @@ func NewServer(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startOnFreePort(bin, "", func(port int) ([]string, error) {
-		return append([]string{
+	var tlsPort int
+	s, err := startOnFreePort(bin, "", func(port int) ([]string, error) {
+		var extra []string
+		if c.tls != nil {
+			if tlsPort, err = freePort(); err != nil {
+				return nil, err
+			}
+			extra = tlsArgs(c.tls, c.mutual, tlsPort)
+		}
+		return append(append([]string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--save", "",
@@ -99,8 +110,12 @@ func NewServer(opts ...Option) (*Server, error) {
 			"--protected-mode", "no",
 			"--loglevel", "warning",
 			"--logfile", "",
-		}, c.extra...), nil
+		}, extra...), c.extra...), nil
 	})
+	if err == nil && c.tls != nil {
+		s.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	}
+	return s, err
 }
 
 // startOnFreePort starts bin with the arguments args gives for a free port.

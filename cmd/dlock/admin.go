@@ -74,9 +74,9 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	if code >= 0 {
 		return code
 	}
-	t, err := rf.open()
-	if err != nil {
-		return c.usageError("status", "%s", err)
+	t, code := c.open(ctx, "status", &rf)
+	if t == nil {
+		return code
 	}
 	defer t.Close()
 	st, err := t.locker.Status(ctx, key)
@@ -181,9 +181,9 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	if !*force {
 		return c.usageError("release", "release deletes the lock %q whoever holds it; add --force to confirm", key)
 	}
-	t, err := rf.open()
-	if err != nil {
-		return c.usageError("release", "%s", err)
+	t, code := c.open(ctx, "release", &rf)
+	if t == nil {
+		return code
 	}
 	defer t.Close()
 	// What is about to be deleted, to say so; a snapshot, best effort.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -215,11 +218,27 @@ func flagError(fs *flag.FlagSet, err error) string {
 type redisFlags struct {
 	urls   urlList
 	prefix string
+	// Topology: the URLs are seeds of one Cluster, or Sentinels that
+	// monitor the master named sentinel; otherwise one URL is one server
+	// and several are a Redlock over independent masters.
+	cluster          bool
+	sentinel         string
+	sentinelPassword string
+	// TLS, for rediss:// URLs.
+	tlsCA, tlsCert, tlsKey string
+	tlsInsecure            bool
 }
 
 func (r *redisFlags) register(fs *flag.FlagSet, c *cli) {
 	fs.Var(&r.urls, "redis", "Redis URL(s)")
 	fs.StringVar(&r.prefix, "prefix", dlock.DefaultPrefix, "key prefix")
+	fs.BoolVar(&r.cluster, "cluster", false, "the URLs are seeds of a Redis Cluster")
+	fs.StringVar(&r.sentinel, "sentinel", "", "the URLs are Sentinels of the master of this name")
+	fs.StringVar(&r.sentinelPassword, "sentinel-password", os.Getenv("DLOCK_SENTINEL_PASSWORD"), "the Sentinels' password")
+	fs.StringVar(&r.tlsCA, "tls-ca", "", "PEM file of the CA that signed the servers' certificates")
+	fs.StringVar(&r.tlsCert, "tls-cert", "", "PEM file of the client certificate (mutual TLS)")
+	fs.StringVar(&r.tlsKey, "tls-key", "", "PEM file of the client certificate's key")
+	fs.BoolVar(&r.tlsInsecure, "tls-insecure-skip-verify", false, "do not verify the servers' certificates (insecure)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors")
 	fs.BoolVar(&c.quiet, "q", false, "print only errors")
 	fs.BoolVar(&c.verbose, "verbose", false, "say what dlock does")
@@ -243,28 +262,37 @@ func (u *urlList) Set(v string) error {
 // target is the Redis deployment a command talks to.
 type target struct {
 	locker  *dlock.Locker
-	clients []*redis.Client
+	clients []redis.UniversalClient
 	names   []string // the URLs, passwords redacted
+	kind    string   // "" (one server or a Redlock), "cluster" or "sentinel"
 }
 
 func (t *target) Close() {
 	_ = t.locker.Close()
-	for _, cl := range t.clients {
-		_ = cl.Close()
-	}
+	t.closeClients()
 }
 
 // describe names the deployment in messages.
 func (t *target) describe() string {
-	if len(t.names) == 1 {
+	switch {
+	case t.kind == "cluster":
+		return "the Redis Cluster at " + strings.Join(t.names, ",")
+	case t.kind != "":
+		return fmt.Sprintf("the master %q of the Sentinels at %s", t.kind, strings.Join(t.names, ","))
+	case len(t.names) == 1:
 		return t.names[0]
 	}
 	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", len(t.names)/2+1, len(t.names))
 }
 
+// nodes is how many independent deployments the lock is on.
+func (t *target) nodes() int { return len(t.clients) }
+
 // open parses the Redis URLs (--redis, else $DLOCK_REDIS, else the default)
 // and returns a Locker on them: one URL is a lock on that Redis, several a
-// Redlock over them. Errors are usage errors, with passwords redacted.
+// Redlock over them; with --cluster the URLs are seeds of one Cluster, with
+// --sentinel the Sentinels of one master. Errors are usage errors, with
+// passwords redacted.
 func (r *redisFlags) open() (*target, error) {
 	urls := []string(r.urls)
 	if len(urls) == 0 {
@@ -275,56 +303,180 @@ func (r *redisFlags) open() (*target, error) {
 	if len(urls) == 0 {
 		urls = []string{defaultRedis}
 	}
+	if r.cluster && r.sentinel != "" {
+		return nil, errors.New("--cluster and --sentinel exclude each other")
+	}
+	tlsCfg, err := r.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	t := &target{}
+	var opts []*redis.Options
 	seen := make(map[string]string)
 	for _, raw := range urls {
-		name := redactURL(raw)
-		if !strings.Contains(raw, "://") {
-			t.closeClients()
-			name = strings.TrimPrefix(redactURL("redis://"+raw), "redis://")
-			return nil, fmt.Errorf("bad Redis URL %s: no scheme: write redis://%s (or rediss:// for TLS)", name, name)
-		}
-		opt, err := redis.ParseURL(raw)
+		opt, name, err := parseURL(raw)
 		if err != nil {
-			t.closeClients()
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err // its message quotes the whole URL again
-			}
-			return nil, fmt.Errorf("bad Redis URL %s: %s (want redis://[USER:PASSWORD@]HOST[:PORT][/DB])", name, redactIn(err.Error(), raw))
+			return nil, err
 		}
-		if opt.Network == "tcp" && strings.HasPrefix(opt.Addr, ":") {
-			t.closeClients()
-			return nil, fmt.Errorf("bad Redis URL %s: no host", name)
+		if opt.TLSConfig != nil && tlsCfg != nil {
+			opt.TLSConfig = tlsCfg.Clone()
+			opt.TLSConfig.ServerName, _, _ = strings.Cut(opt.Addr, ":")
+		} else if tlsCfg != nil {
+			return nil, fmt.Errorf("Redis URL %s: the --tls-* flags need a rediss:// URL", name)
 		}
 		id := fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
 		if prev, dup := seen[id]; dup {
-			t.closeClients()
 			return nil, fmt.Errorf("Redis URLs %s and %s name the same database; a Redlock needs independent servers", prev, name)
 		}
 		seen[id] = name
 		// dlock bounds every call itself; the client's identity handshake
 		// is one more command per connection for nothing.
 		opt.DisableIdentity = true
-		t.clients = append(t.clients, redis.NewClient(opt))
+		opts = append(opts, opt)
 		t.names = append(t.names, name)
 	}
-	opts := []dlock.Option{dlock.WithPrefix(r.prefix)}
+	lockerOpts := []dlock.Option{dlock.WithPrefix(r.prefix)}
+	switch {
+	case r.cluster:
+		t.kind = "cluster"
+		o := opts[0]
+		if o.DB != 0 {
+			return nil, fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
+		}
+		co := &redis.ClusterOptions{Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		for _, o := range opts {
+			co.Addrs = append(co.Addrs, o.Addr)
+		}
+		t.clients = []redis.UniversalClient{redis.NewClusterClient(co)}
+	case r.sentinel != "":
+		t.kind = r.sentinel
+		o := opts[0]
+		fo := &redis.FailoverOptions{MasterName: r.sentinel, Username: o.Username, Password: o.Password, DB: o.DB,
+			SentinelPassword: r.sentinelPassword, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		for _, o := range opts {
+			fo.SentinelAddrs = append(fo.SentinelAddrs, o.Addr)
+		}
+		t.clients = []redis.UniversalClient{redis.NewFailoverClient(fo)}
+	default:
+		for _, o := range opts {
+			t.clients = append(t.clients, redis.NewClient(o))
+		}
+	}
 	if len(t.clients) == 1 {
-		t.locker = dlock.New(t.clients[0], opts...)
+		t.locker = dlock.New(t.clients[0], lockerOpts...)
 		return t, nil
 	}
-	ucs := make([]redis.UniversalClient, len(t.clients))
-	for i, cl := range t.clients {
-		ucs[i] = cl
-	}
-	l, err := dlock.NewRedlock(ucs, opts...)
+	l, err := dlock.NewRedlock(t.clients, lockerOpts...)
 	if err != nil {
 		t.closeClients()
 		return nil, err
 	}
 	t.locker = l
 	return t, nil
+}
+
+// open opens the deployment the flags name, for the subcommand sub; on
+// failure it reports and returns nil and the exit status: 64 for bad flags
+// or URLs, 78 for URLs that reach the same server twice.
+func (c *cli) open(ctx context.Context, sub string, rf *redisFlags) (*target, int) {
+	t, err := rf.open()
+	if err != nil {
+		return nil, c.usageError(sub, "%s", err)
+	}
+	if err := t.distinct(ctx); err != nil {
+		t.Close()
+		c.errorf("%s", err)
+		c.hintf("give each independent master once")
+		return nil, exitConfig
+	}
+	return t, -1
+}
+
+// parseURL parses one Redis URL; errors name it with its password redacted.
+func parseURL(raw string) (*redis.Options, string, error) {
+	name := redactURL(raw)
+	if !strings.Contains(raw, "://") {
+		name = strings.TrimPrefix(redactURL("redis://"+raw), "redis://")
+		return nil, name, fmt.Errorf("bad Redis URL %s: no scheme: write redis://%s (or rediss:// for TLS)", name, name)
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message quotes the whole URL again
+		}
+		return nil, name, fmt.Errorf("bad Redis URL %s: %s (want redis://[USER:PASSWORD@]HOST[:PORT][/DB])", name, redactIn(err.Error(), raw))
+	}
+	if opt.Network == "tcp" && strings.HasPrefix(opt.Addr, ":") {
+		return nil, name, fmt.Errorf("bad Redis URL %s: no host", name)
+	}
+	return opt, name, nil
+}
+
+// tlsConfig is the TLS configuration the --tls-* flags ask for, or nil.
+func (r *redisFlags) tlsConfig() (*tls.Config, error) {
+	if r.tlsCA == "" && r.tlsCert == "" && r.tlsKey == "" && !r.tlsInsecure {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: r.tlsInsecure}
+	if r.tlsCA != "" {
+		pemCA, err := os.ReadFile(r.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pemCA) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", r.tlsCA)
+		}
+	}
+	switch {
+	case (r.tlsCert == "") != (r.tlsKey == ""):
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	case r.tlsCert != "":
+		cert, err := tls.LoadX509KeyPair(r.tlsCert, r.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// distinct refuses a Redlock whose URLs reach the same server under two
+// names (127.0.0.1:P and localhost:P): its run id tells. A node that does
+// not answer within the timeout is not checked.
+func (t *target) distinct(ctx context.Context) error {
+	if t.kind != "" || len(t.clients) < 2 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ids := make([]string, len(t.clients))
+	var wg sync.WaitGroup
+	for i, c := range t.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info, err := c.Info(ctx, "server").Result()
+			if err != nil {
+				return
+			}
+			for _, line := range strings.Split(info, "\n") {
+				if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+					ids[i] = id
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range ids {
+		for j := range i {
+			if ids[i] != "" && ids[i] == ids[j] {
+				return fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[j], t.names[i], ids[i])
+			}
+		}
+	}
+	return nil
 }
 
 func (t *target) closeClients() {
@@ -399,8 +551,10 @@ func configHint(err error) string {
 		return "the server is a node of a Redis Cluster, which a single-server URL cannot use"
 	case has("DB index"):
 		return "the database number in the URL (redis://HOST:PORT/DB) does not exist on the server"
+	case has("certificate required", "bad certificate", "unknown certificate"):
+		return "the server requires a client certificate it trusts (mutual TLS): give it with --tls-cert FILE --tls-key FILE"
 	case has("x509", "certificate", "tls:"):
-		return "the server's TLS certificate is not trusted: point SSL_CERT_FILE at the certificate of its CA"
+		return "the server's TLS certificate is not signed by a CA this host trusts: give the CA with --tls-ca FILE (or $SSL_CERT_FILE)"
 	case has("unknown command"):
 		return "the server lacks a command dlock needs (renamed or disabled, or an old Redis)"
 	}

@@ -76,9 +76,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	case *grace < 0:
 		return c.usageError("run", "--kill-grace %s is negative", *grace)
 	}
-	t, err := rf.open()
-	if err != nil {
-		return c.usageError("run", "%s", err)
+	t, code := c.open(ctx, "run", &rf)
+	if t == nil {
+		return code
 	}
 	defer t.Close()
 
@@ -95,7 +95,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	c.debugf("acquired %q on %s (fence %d, ttl %s)", key, t.describe(), lock.Fence(), *ttl)
 	status, lost := c.supervise(ctx, lock, rest, *grace, sigs)
 
-	err = lock.Release(context.WithoutCancel(ctx))
+	err := lock.Release(context.WithoutCancel(ctx))
 	switch {
 	case lost:
 		return exitLockLost

@@ -35,8 +35,26 @@ const redisFlagsUsage = `    --redis URL
         The Redis to lock on: redis://[USER:PASSWORD@]HOST[:PORT][/DB], or
         rediss://... for TLS. Repeat the flag, or separate URLs with commas, for
         a Redlock over several independent masters (a majority must grant the
-        lock). Default: $DLOCK_REDIS, else redis://127.0.0.1:6379.
+        lock; two URLs that reach the same server are refused, and an even
+        number of nodes tolerates no more failures than one node fewer: 4
+        need 3). Default: $DLOCK_REDIS, else redis://127.0.0.1:6379.
         Passwords are never printed.
+    --cluster
+        The URLs are seed nodes of one Redis Cluster (no /DB in them).
+    --sentinel MASTER
+        The URLs are Sentinels that monitor the master named MASTER; the
+        URL's user and password are the master's.
+    --sentinel-password PASSWORD
+        The Sentinels' own password (default $DLOCK_SENTINEL_PASSWORD).
+    --tls-ca FILE
+        PEM certificate(s) of the CA that signed the servers' certificates,
+        for rediss:// URLs (else the system's roots, or $SSL_CERT_FILE).
+    --tls-cert FILE, --tls-key FILE
+        A client certificate and its key, for servers that require one
+        (mutual TLS: Redis' tls-auth-clients yes).
+    --tls-insecure-skip-verify
+        Do not verify the servers' certificates. Anyone on the path can then
+        read and change the traffic, passwords included: for tests only.
     --prefix STRING
         Prefix of the Redis keys (default "dlock:"). Processes that must exclude
         each other need the same prefix.

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// TestTLS: rediss:// with the CA of the server, a client certificate for a
+// server that requires one (mutual TLS, Redis' tls-auth-clients yes), and
+// what a user sees without them.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	files, err := dlocktest.NewTLSFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := dlocktest.Start(t, dlocktest.WithTLS(files, false))
+	mutual := dlocktest.Start(t, dlocktest.WithTLS(files, true))
+	url := func(s *dlocktest.Server) string { return "rediss://" + s.TLSAddr() }
+	cert := []string{"--tls-cert", files.ClientCert, "--tls-key", files.ClientKey}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		code  int
+		says  string
+	}{
+		{"trusted CA", []string{"--redis", url(plain), "--tls-ca", files.CA}, exitOK, ""},
+		{"untrusted certificate", []string{"--redis", url(plain)}, exitConfig, "certificate"},
+		{"insecure skip verify", []string{"--redis", url(plain), "--tls-insecure-skip-verify"}, exitOK, ""},
+		{"mutual TLS with a client certificate", append([]string{"--redis", url(mutual), "--tls-ca", files.CA}, cert...), exitOK, ""},
+		{"mutual TLS without a client certificate", []string{"--redis", url(mutual), "--tls-ca", files.CA}, exitConfig, "certificate"},
+		{"TLS flags with redis://", []string{"--redis", plain.URL(), "--tls-ca", files.CA}, exitUsage, "need a rediss:// URL"},
+		{"a key without its certificate", []string{"--redis", url(plain), "--tls-key", files.ClientKey}, exitUsage, "go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"run", "-q"}, tc.flags...), "job", "--", "true")
+			code, _, stderr := dlockRun(t, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.says) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.says)
+			}
+		})
+	}
+}
+
+// TestClusterAndSentinel: the CLI reaches a Cluster (keys on every master)
+// and a Sentinel-managed master.
+func TestClusterAndSentinel(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 3)
+	// Keys that live on each of the three masters.
+	keys := map[string]bool{}
+	cc := cl.Client()
+	defer cc.Close()
+	owners := map[string]bool{}
+	for i := 0; len(owners) < 3 && i < 1000; i++ {
+		k := "job" + strings.Repeat("x", i)
+		c, err := cc.MasterForKey(context.Background(), "dlock:{"+k+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr := c.Options().Addr; !owners[addr] {
+			owners[addr], keys[k] = true, true
+		}
+	}
+	for k := range keys {
+		code, _, _ := dlockRun(t, "run", "--cluster", "--redis", "redis://"+cl.Servers[0].Addr(), k, "--", "true")
+		if code != exitOK {
+			t.Errorf("run on a Cluster, key %q: exit %d", k, code)
+		}
+		if code, _, _ := dlockRun(t, "status", "--cluster", "--redis", "redis://"+cl.Servers[1].Addr(), k); code != exitOK {
+			t.Errorf("status on a Cluster, key %q: exit %d", k, code)
+		}
+	}
+	// Held on the Cluster by the library: the CLI sees it busy.
+	l := dlock.New(cc)
+	defer l.Close()
+	for k := range keys {
+		lk, err := l.TryAcquire(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _, _ := dlockRun(t, "run", "-q", "--cluster", "--redis", "redis://"+cl.Servers[2].Addr(), k, "--", "true"); code != exitNotAcquired {
+			t.Errorf("run on a Cluster for a held key %q: exit %d, want %d", k, code, exitNotAcquired)
+		}
+		lk.Release(context.Background())
+	}
+	if code, _, stderr := dlockRun(t, "run", "--cluster", "--redis", "redis://"+cl.Servers[0].Addr()+"/2", "job", "--", "true"); code != exitUsage || !strings.Contains(stderr, "no database") {
+		t.Errorf("a Cluster URL with a database: exit %d, %q", code, stderr)
+	}
+
+	master := dlocktest.Start(t)
+	sentinel := dlocktest.StartSentinel(t, "dlockmaster", master)
+	code, _, _ := dlockRun(t, "run", "--sentinel", "dlockmaster", "--redis", sentinel.URL(), "job", "--", "true")
+	if code != exitOK {
+		t.Errorf("run through a Sentinel: exit %d", code)
+	}
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "dlockmaster", SentinelAddrs: []string{sentinel.Addr()}})
+	defer fc.Close()
+	if n := fc.Get(context.Background(), "dlock:{job}:fence").Val(); n == "" {
+		t.Error("the run through the Sentinel left no fence counter on its master")
+	}
+	if code, _, stderr := dlockRun(t, "run", "--sentinel", "nosuchmaster", "--redis", sentinel.URL(), "job", "--", "true"); code != exitUnavailable && code != exitConfig {
+		t.Errorf("an unknown master name: exit %d, %q; want 69 or 78", code, stderr)
+	}
+}
+
+// TestRedlockSameServerTwice: two URLs that reach one server are refused.
+func TestRedlockSameServerTwice(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	other := dlocktest.Start(t)
+	port := s.Addr()[strings.LastIndexByte(s.Addr(), ':')+1:]
+	code, _, stderr := dlockRun(t, "run", "--redis", s.URL()+",redis://localhost:"+port+","+other.URL(), "job", "--", "true")
+	if code != exitConfig || !strings.Contains(stderr, "same server") {
+		t.Errorf("127.0.0.1:P and localhost:P in one Redlock: exit %d, %q; want 78 naming the same server", code, stderr)
+	}
+}
