@@ -43,8 +43,8 @@ type Server struct {
 	addr    string
 	port    int
 	tlsAddr string // "" without WithTLS
-	args []string
-	dir  string // removed by Close, if set
+	args    []string
+	dir     string // removed by Close, if set
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
