@@ -396,7 +396,10 @@ type subscriber struct {
 	// later confirmation.
 	refused error
 	closed  bool
-	wg      sync.WaitGroup
+	// subscribing: the loop is in its first SUBSCRIBE, which a frozen node
+	// can hold for the client's read timeout.
+	subscribing bool
+	wg          sync.WaitGroup
 }
 
 // start subscribes if that has not been done, and then returns a channel
@@ -424,10 +427,18 @@ func (s *subscriber) isReadyNow() bool {
 func (s *subscriber) loop(ps *redis.PubSub) {
 	defer s.wg.Done()
 	// go-redis records the channel even if this write fails, and subscribes
-	// again whenever Receive reconnects.
+	// again whenever Receive reconnects. Its connection handshake with a
+	// frozen node ignores cancellation (it waits for the client's read
+	// timeout): close does not wait for it, and the goroutine ends once
+	// go-redis gives up.
+	s.setSubscribing(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = ps.Subscribe(ctx, s.l.inbox)
 	cancel()
+	s.setSubscribing(false)
+	if s.isClosed() {
+		return
+	}
 	failures := 0
 	for {
 		msg, err := ps.Receive(context.Background())
@@ -521,12 +532,20 @@ func (s *subscriber) close() error {
 		return nil
 	}
 	s.closed = true
-	ps := s.ps
+	ps, subscribing := s.ps, s.subscribing
 	s.mu.Unlock()
 	var err error
 	if ps != nil {
 		err = ps.Close()
 	}
-	s.wg.Wait()
+	if !subscribing {
+		s.wg.Wait()
+	}
 	return err
+}
+
+func (s *subscriber) setSubscribing(on bool) {
+	s.mu.Lock()
+	s.subscribing = on
+	s.mu.Unlock()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/dlocktest"
 )
@@ -111,5 +112,28 @@ func TestKeyBeforeDashes(t *testing.T) {
 	code, _, stderr = dlockRun(t, "status", "--redis", "127.0.0.1:6379", "k")
 	if code != exitUsage || !strings.Contains(stderr, "write redis://127.0.0.1:6379") {
 		t.Errorf("a URL without a scheme: exit %d, %q; want 64 and the URL to write", code, stderr)
+	}
+}
+
+// TestFrozenRedisBound: against a frozen Redis, a refusal takes at most
+// --wait plus one node timeout (1s at the default TTL), and exits 69.
+func TestFrozenRedisBound(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Thaw()
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		start := time.Now()
+		code, _, _ := dlockRun(t, "run", "-q", "--wait", wait.String(), "--redis", s.URL(), "job", "--", "true")
+		el := time.Since(start)
+		if code != exitUnavailable {
+			t.Errorf("--wait %s on a frozen Redis: exit %d, want %d", wait, code, exitUnavailable)
+		}
+		// The bound is wait + 1s; the slack is for a loaded machine.
+		if limit := wait + time.Second + 1500*time.Millisecond; el > limit {
+			t.Errorf("--wait %s on a frozen Redis took %s, more than --wait plus one node timeout", wait, el.Round(time.Millisecond))
+		}
 	}
 }
