@@ -265,6 +265,8 @@ type target struct {
 	clients []redis.UniversalClient
 	names   []string // the URLs, passwords redacted
 	kind    string   // "" (one server or a Redlock), "cluster" or "sentinel"
+	// tlsWithoutCert: TLS URLs, and no client certificate.
+	tlsWithoutCert bool
 }
 
 func (t *target) Close() {
@@ -317,6 +319,9 @@ func (r *redisFlags) open() (*target, error) {
 		opt, name, err := parseURL(raw)
 		if err != nil {
 			return nil, err
+		}
+		if opt.TLSConfig != nil && (tlsCfg == nil || len(tlsCfg.Certificates) == 0) {
+			t.tlsWithoutCert = true
 		}
 		if opt.TLSConfig != nil && tlsCfg != nil {
 			opt.TLSConfig = tlsCfg.Clone()
@@ -521,7 +526,14 @@ func (c *cli) redisFailure(t *target, err error) int {
 		return exitConfig
 	case errors.Is(err, dlock.ErrUnavailable):
 		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
-		c.hintf("check --redis or $DLOCK_REDIS, and that the server is up and answering")
+		msg := err.Error()
+		if t.tlsWithoutCert && (strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")) {
+			// With TLS 1.3 a server that requires a client certificate
+			// may close the connection before its alert is read.
+			c.hintf("if the server requires a client certificate (tls-auth-clients yes), give it with --tls-cert FILE --tls-key FILE")
+		} else {
+			c.hintf("check --redis or $DLOCK_REDIS, and that the server is up and answering")
+		}
 		return exitUnavailable
 	}
 	return -1
