@@ -27,6 +27,9 @@ type Status struct {
 	Fence uint64
 	// Waiters is the largest number of waiting processes registered on a node.
 	Waiters int64
+	// Metadata is the holder's metadata (WithMetadata), from the first node
+	// that has it; "" when there is none.
+	Metadata string
 	// Nodes has one entry per node, in the order of the clients.
 	Nodes []NodeStatus
 }
@@ -45,6 +48,8 @@ type NodeStatus struct {
 	Fence uint64
 	// Waiters is the number of waiting processes registered on the node.
 	Waiters int64
+	// Metadata is the holder's metadata on the node, or "".
+	Metadata string
 	// Err is the node's failure when it could not be asked (wrap it in a
 	// *NodeError to name the node); the other fields are then zero.
 	Err error
@@ -61,18 +66,20 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		return Status{}, err
 	}
 	nm := l.names(key)
-	lockKey, fenceKey, waitersKey := nm.lock, nm.fence, nm.waiters
+	lockKey, fenceKey, waitersKey, metaKey := nm.lock, nm.fence, nm.waiters, nm.meta
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, i int) (NodeStatus, error) {
 			var get, fence *redis.StringCmd
 			var pttl *redis.DurationCmd
 			var waiters *redis.IntCmd
+			var meta *redis.MapStringStringCmd
 			_, err := l.nodes[i].Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				get = p.Get(ctx, lockKey)
 				pttl = p.PTTL(ctx, lockKey)
 				fence = p.Get(ctx, fenceKey)
 				waiters = p.ZCard(ctx, waitersKey)
+				meta = p.HGetAll(ctx, metaKey)
 				return nil
 			})
 			if err != nil && !errors.Is(err, redis.Nil) {
@@ -86,6 +93,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 				if ns.TTL < 0 {
 					ns.TTL = -1
 				}
+				ns.Metadata = meta.Val()[v]
 			}
 			if f, err := fence.Uint64(); err == nil {
 				ns.Fence = f
@@ -118,6 +126,9 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		}
 		st.Fence = max(st.Fence, ns.Fence)
 		st.Waiters = max(st.Waiters, ns.Waiters)
+		if st.Metadata == "" {
+			st.Metadata = ns.Metadata
+		}
 	}
 	for _, m := range missing {
 		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: m.Err}

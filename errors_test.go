@@ -185,3 +185,56 @@ func TestRedlockErrorClasses(t *testing.T) {
 	_, err = redlockOf(wrong(0), good[1], good[2]).TryAcquire(ctx(t), "mixed")
 	isClass(t, "1 misconfigured and 1 busy of 3", err, dlock.ErrNotAcquired)
 }
+
+// TestMetadata: who holds the lock, stored with it and gone with it.
+func TestMetadata(t *testing.T) {
+	l, _, c := single(t)
+	k, err := l.Acquire(ctx(t), "meta", dlock.WithMetadata("host=a pid=1 cmd=backup"), dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Metadata() != "host=a pid=1 cmd=backup" {
+		t.Errorf("Metadata() = %q", k.Metadata())
+	}
+	st, err := l.Status(ctx(t), "meta")
+	if err != nil || st.Metadata != "host=a pid=1 cmd=backup" || st.Nodes[0].Metadata != st.Metadata {
+		t.Errorf("Status = %+v, %v; want the holder's metadata", st, err)
+	}
+	// Renewals keep it as long as the lock.
+	time.Sleep(1500 * time.Millisecond) // more than a TTL: it must have been renewed
+	if st, _ := l.Status(ctx(t), "meta"); st.Metadata == "" {
+		t.Error("the metadata expired while the lock was renewed")
+	}
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx(t), "dlock:{meta}:meta").Val(); n != 0 {
+		t.Error("Release left the metadata behind")
+	}
+	// None given, none written.
+	k, err = l.TryAcquire(ctx(t), "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx(t), "dlock:{plain}:meta").Val(); n != 0 {
+		t.Error("a lock without metadata wrote a metadata key")
+	}
+	k.Release(ctx(t))
+	// A fixed lease: the metadata expires with the lock.
+	_, err = l.TryAcquire(ctx(t), "lease", dlock.WithMetadata("x"), dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return c.Exists(ctx(t), "dlock:{lease}", "dlock:{lease}:meta").Val() == 0 }, "the lock and its metadata to expire")
+
+	if _, err := l.TryAcquire(ctx(t), "long", dlock.WithMetadata(strings.Repeat("x", dlock.MaxMetadata+1))); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("metadata over %d bytes: %v, want ErrInvalid", dlock.MaxMetadata, err)
+	}
+	// A metadata key of another type: refused before anything is written.
+	c.Set(ctx(t), "dlock:{wrong}:meta", "a string", 0)
+	_, err = l.TryAcquire(ctx(t), "wrong", dlock.WithMetadata("x"))
+	isClass(t, "metadata key of another type", err, dlock.ErrMisconfigured)
+	if n := c.Exists(ctx(t), "dlock:{wrong}", "dlock:{wrong}:fence").Val(); n != 0 {
+		t.Errorf("a failed acquisition wrote %d keys", n)
+	}
+}

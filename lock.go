@@ -23,6 +23,7 @@ type Lock struct {
 	token     string
 	fence     uint64
 	autoRenew bool
+	metadata  string
 
 	// ops serialises the rounds that set the TTL (renewal and Extend), so
 	// that the validity always reflects the round that ran last. A channel,
@@ -87,7 +88,7 @@ type releaseRound struct {
 
 func (l *Locker) newLock(key string, nm *names, token string, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
-		l: l, key: key, names: nm, token: token, fence: fence, autoRenew: cfg.autoRenew,
+		l: l, key: key, names: nm, token: token, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
 		nodes:  nodes,
@@ -118,6 +119,10 @@ func (k *Lock) start(start time.Time) bool {
 
 // Key returns the name of the lock, as passed to Acquire.
 func (k *Lock) Key() string { return k.key }
+
+// Metadata returns the metadata the lock was acquired with (WithMetadata),
+// or "".
+func (k *Lock) Metadata() string { return k.metadata }
 
 // Token returns the owner token: 128 random bits, hex-encoded, stored as the
 // lock's value in Redis.
@@ -298,7 +303,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
-			return extendScript.Run(ctx, nodes[i].Client, k.names.extendKeys, k.token, ttlMS, regain).Int64()
+			return extendScript.Run(ctx, nodes[i].Client, k.names.extendKeys, k.token, ttlMS, regain, k.metadata).Int64()
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)

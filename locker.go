@@ -263,7 +263,7 @@ func (l *Locker) isClosed() bool {
 // names are the Redis keys of one lock (DESIGN §3). They share a hash tag,
 // so that every script touches one Cluster slot.
 type names struct {
-	lock, fence, waiters, leases string
+	lock, fence, waiters, leases, meta string
 	// The KEYS of acquire.lua, release.lua and extend.lua.
 	acquireKeys, releaseKeys, extendKeys []string
 }
@@ -285,18 +285,20 @@ func (l *Locker) names(key string) *names {
 	// One string holds all four names, which are slices of it: a lock's
 	// names cost one allocation, not four.
 	lock := l.cfg.prefix + "{" + tag + "}"
-	all := lock + ":fence" + lock + ":waiters" + lock + ":wexp"
+	all := lock + ":fence" + lock + ":waiters" + lock + ":wexp" + lock + ":meta"
 	w := len(lock) + len(":fence")       // where the waiters' name starts
 	e := w + len(lock) + len(":waiters") // where the leases' name starts
+	m := e + len(lock) + len(":wexp")    // where the metadata's name starts
 	n := &names{
 		lock:    all[:len(lock)],
 		fence:   all[:w],
 		waiters: all[w:e],
-		leases:  all[e:],
+		leases:  all[e:m],
+		meta:    all[m:],
 	}
-	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases}
-	n.releaseKeys = []string{n.lock, n.waiters, n.leases}
-	n.extendKeys = n.acquireKeys[:1]
+	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases, n.meta}
+	n.releaseKeys = []string{n.lock, n.waiters, n.leases, n.meta}
+	n.extendKeys = []string{n.lock, n.meta}
 	return n
 }
 
@@ -734,7 +736,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 				reg = regs[i]
 			}
 			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys,
-				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg).Result()
+				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg, cfg.metadata).Result()
 			if err != nil {
 				return acquireReply{}, err
 			}

@@ -130,7 +130,27 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl       time.Duration
 	autoRenew bool
+	metadata  string
 	err       error
+}
+
+// MaxMetadata is the longest metadata a lock may carry, in bytes.
+const MaxMetadata = 1024
+
+// WithMetadata stores s with the lock while it is held, for people and
+// tools: who holds it (a host, a process id, a command). Status returns it,
+// and `dlock status` shows it; Lock.Metadata returns it to the holder. It is
+// kept in the key prefix{K}:meta, with the lock's TTL, and removed by
+// Release. The default is none. s longer than MaxMetadata (1 KiB) is an
+// error wrapping ErrInvalid.
+func WithMetadata(s string) LockOption {
+	return func(c *lockConfig) {
+		if len(s) > MaxMetadata {
+			c.err = invalid("metadata of %d bytes is longer than %d", len(s), MaxMetadata)
+			return
+		}
+		c.metadata = s
+	}
 }
 
 // WithTTL sets the lock's TTL: the lease length, and so how long other

@@ -4,6 +4,7 @@
 -- KEYS[2] fence counter  prefix{K}:fence   (expires ARGV[8] ms after the last acquisition)
 -- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
 -- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
+-- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, the lock's TTL)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] waiter         "" to acquire without joining the waiting set, else
@@ -14,6 +15,7 @@
 -- ARGV[7] refresh        "1" to write the registration on failure even if it
 --                        is still there (it was popped, or its lease is old)
 -- ARGV[8] retention      ms the fence counter lives after this acquisition
+-- ARGV[9] metadata       "" for none, else stored under the token in KEYS[5]
 --
 -- Returns {1, fence} on success, the fence as a decimal string. The fence is
 -- the counter + 1 (INCR) while the counter exists, and the server's time in
@@ -25,7 +27,8 @@
 -- has not stepped back. The arithmetic is exact: INCR's result is read back
 -- as a string, never through a Lua number (a double, exact only below 2^53).
 -- Nothing is written before the steps that can fail (a counter that is not a
--- positive decimal integer, INCR at 2^63-1), so a failed call changes nothing.
+-- positive decimal integer or is at 2^63-1, a metadata key of another type),
+-- so a failed call changes nothing.
 -- When the lock already holds ARGV[1] (a retried command whose first reply
 -- was lost) the TTL is reset and the current counter is returned without a
 -- second increment.
@@ -45,12 +48,20 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
   if v == ARGV[1] then
     fence = redis.call('GET', KEYS[2])
   end
+  local c = false
   if not fence then
-    local c = redis.call('GET', KEYS[2])
+    c = redis.call('GET', KEYS[2])
+    if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
+      return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+    end
+  end
+  if ARGV[9] ~= '' then
+    -- The first write: it fails on a key of another type.
+    redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  end
+  if not fence then
     if c then
-      if not string.match(c, '^[1-9]%d*$') then
-        return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer')
-      end
       redis.call('INCR', KEYS[2])
       fence = redis.call('GET', KEYS[2])
     else

@@ -3,6 +3,7 @@
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] waiting set    prefix{K}:waiters
 -- KEYS[3] waiter leases  prefix{K}:wexp
+-- KEYS[4] metadata       prefix{K}:meta (the released owner's entry is removed)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
 -- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
@@ -30,6 +31,7 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+redis.call('HDEL', KEYS[4], ARGV[1])
 
 if ARGV[5] == '0' then
   redis.call('DEL', KEYS[1])

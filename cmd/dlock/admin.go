@@ -50,6 +50,7 @@ type statusJSON struct {
 	TTLms    int64      `json:"ttl_ms"`
 	Fence    uint64     `json:"fence"`
 	Waiters  int64      `json:"waiters"`
+	Metadata string     `json:"metadata,omitempty"`
 	Quorum   int        `json:"quorum"`
 	Nodes    []nodeJSON `json:"nodes"`
 }
@@ -90,7 +91,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		c.errorf("status of %q: %s", key, errText(err))
 		return exitFailure
 	}
-	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence,
+	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
 		Waiters: st.Waiters, Quorum: len(st.Nodes)/2 + 1, Nodes: make([]nodeJSON, len(st.Nodes))}
 	reserved := 0
 	for i, n := range st.Nodes {
@@ -123,6 +124,9 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		fmt.Fprintf(w, "held:\tyes, %s left\n", ttlText(st.TTL))
 	default:
 		fmt.Fprintf(w, "held:\tno\n")
+	}
+	if st.Held && st.Metadata != "" {
+		fmt.Fprintf(w, "holder:\t%s\n", st.Metadata)
 	}
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)

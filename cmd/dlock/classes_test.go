@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,5 +136,29 @@ func TestFrozenRedisBound(t *testing.T) {
 		if limit := wait + time.Second + 1500*time.Millisecond; el > limit {
 			t.Errorf("--wait %s on a frozen Redis took %s, more than --wait plus one node timeout", wait, el.Round(time.Millisecond))
 		}
+	}
+}
+
+// TestStatusShowsHolder: dlock run stores who holds the lock; dlock status
+// shows it.
+func TestStatusShowsHolder(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	p := startDlock(t, "run", "--redis", s.URL(), "job", "--", "sh", "-c", "echo started; sleep 30")
+	p.waitLine(t, "started")
+	host, _ := os.Hostname()
+	want := fmt.Sprintf("host=%s pid=%d cmd=sh -c echo started; sleep 30", host, p.cmd.Process.Pid)
+	code, stdout, _ := dlockRun(t, "status", "--redis", s.URL(), "job")
+	if code != exitOK || !strings.Contains(stdout, "holder:   "+want) {
+		t.Errorf("status: exit %d, %q; want the holder %q", code, stdout, want)
+	}
+	code, stdout, _ = dlockRun(t, "status", "--json", "--redis", s.URL(), "job")
+	if code != exitOK || !strings.Contains(stdout, `"metadata": "`+want+`"`) {
+		t.Errorf("status --json: exit %d, %q; want the metadata", code, stdout)
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	_ = p.cmd.Wait()
+	if code, _, _ := dlockRun(t, "run", "--redis", s.URL(), "--metadata", strings.Repeat("x", 1025), "job", "--", "true"); code != exitUsage {
+		t.Errorf("--metadata over 1024 bytes: exit %d, want %d", code, exitUsage)
 	}
 }

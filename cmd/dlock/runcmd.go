@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -35,6 +36,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	ttl := fset.Duration("ttl", dlock.DefaultTTL, "lease length")
 	wait := fset.Duration("wait", 0, "how long to wait")
 	grace := fset.Duration("kill-grace", 5*time.Second, "TERM to KILL")
+	metadata := fset.String("metadata", "", "who holds the lock (default: host, pid and command)")
 	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
@@ -88,7 +90,13 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs)
+	if *metadata == "" {
+		*metadata = defaultMetadata(rest)
+	}
+	if len(*metadata) > dlock.MaxMetadata {
+		return c.usageError("run", "--metadata is %d bytes, longer than %d", len(*metadata), dlock.MaxMetadata)
+	}
+	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata))
 	if lock == nil {
 		return code
 	}
@@ -110,9 +118,20 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	return status
 }
 
+// defaultMetadata says who holds a lock taken by dlock run: the host, the
+// process id of dlock, and the command, cut to fit dlock.MaxMetadata.
+func defaultMetadata(argv []string) string {
+	host, _ := os.Hostname()
+	s := fmt.Sprintf("host=%s pid=%d cmd=%s", host, os.Getpid(), strings.Join(argv, " "))
+	if len(s) > dlock.MaxMetadata {
+		s = s[:dlock.MaxMetadata-3] + "..."
+	}
+	return s
+}
+
 // acquire takes the lock: one attempt when wait is 0, else waiting up to
 // wait. It returns the lock, or nil and the exit status.
-func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time.Duration, sigs <-chan os.Signal) (*dlock.Lock, int) {
+func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time.Duration, sigs <-chan os.Signal, opts ...dlock.LockOption) (*dlock.Lock, int) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -132,10 +151,10 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		var err error
 		if wait > 0 {
 			wctx, wcancel := context.WithDeadline(actx, deadline)
-			k, err = t.locker.Acquire(wctx, key, dlock.WithTTL(ttl))
+			k, err = t.locker.Acquire(wctx, key, opts...)
 			wcancel()
 		} else {
-			k, err = t.locker.TryAcquire(actx, key, dlock.WithTTL(ttl))
+			k, err = t.locker.TryAcquire(actx, key, opts...)
 		}
 		done <- result{k, err}
 	}()

@@ -95,6 +95,9 @@ Flags:
     --kill-grace DURATION
         Time between SIGTERM and SIGKILL when the lock is lost (default 5s),
         never past the moment the lock could expire.
+    --metadata TEXT
+        Who holds the lock, shown by dlock status (at most 1024 bytes;
+        default "host=HOST pid=PID cmd=COMMAND").
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
@@ -118,16 +121,18 @@ Examples:
 `,
 	"status": `Usage: dlock status [flags] [--json] KEY
 
-Shows whether KEY is held, the time left on its lease, its fence (the fence
-of the latest acquisition) and how many processes wait for it; with several
-Redis URLs, also what each node says. It is a snapshot: it proves nothing
-about ownership.
+Shows whether KEY is held and by whom (the holder's metadata: dlock run
+stores its host, pid and command), the time left on its lease, its fence
+(the counter: at least the fence of the latest acquisition) and how many
+processes wait for it; with several Redis URLs, also what each node says.
+It is a snapshot: it proves nothing about ownership.
 
 Flags:
     --json
         Print JSON for scripts: {"key", "held", "reserved", "ttl_ms", "fence",
-        "waiters", "quorum", "nodes": [{"addr", "held", "reserved", "ttl_ms",
-        "fence", "waiters", "error"}]}. ttl_ms is 0 when the key is not held.
+        "waiters", "metadata", "quorum", "nodes": [{"addr", "held",
+        "reserved", "ttl_ms", "fence", "waiters", "error"}]}. ttl_ms is 0 when
+        the key is not held; metadata is left out when there is none.
 ` + redisFlagsUsage + `
 Exit status: 0; 69 when no Redis node answered; 78 when Redis refused the
 commands (see dlock help run); 64 on a usage error.
