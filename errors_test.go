@@ -3,6 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +239,84 @@ func TestMetadata(t *testing.T) {
 	isClass(t, "metadata key of another type", err, dlock.ErrMisconfigured)
 	if n := c.Exists(ctx(t), "dlock:{wrong}", "dlock:{wrong}:fence").Val(); n != 0 {
 		t.Errorf("a failed acquisition wrote %d keys", n)
+	}
+}
+
+// TestACLFromREADME: the README's ACL line names every command the scripts
+// call, and a user made with it can do everything dlock does.
+func TestACLFromREADME(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "ACL SETUSER dlock ") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatal("no ACL SETUSER line in README.md")
+	}
+	granted := map[string]bool{}
+	for _, f := range strings.Fields(line) {
+		if c, ok := strings.CutPrefix(f, "+"); ok {
+			granted[c] = true
+		}
+	}
+	scripts, _ := filepath.Glob("scripts/*.lua")
+	call := regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
+	for _, p := range scripts {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			if !granted[strings.ToLower(m[1])] {
+				t.Errorf("%s calls %s, which the README's ACL line does not grant", p, m[1])
+			}
+		}
+	}
+
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	var args []any
+	for _, f := range strings.Fields(strings.Replace(line, ">PASSWORD", ">acl-test-pw", 1)) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx(t), args...).Err(); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	user := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "dlock", Password: "acl-test-pw"})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := newLocker(t, user()), newLocker(t, user())
+	k, err := a.TryAcquire(ctx(t), "job", dlock.WithMetadata("acl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := queued(t, b, admin, "job", 1) // waits: subscribes, registers
+	if err := k.Extend(ctx(t), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.Status(ctx(t), "job"); err != nil || !st.Held || st.Metadata != "acl" {
+		t.Fatalf("Status: %+v, %v", st, err)
+	}
+	handoff(t, k, got, "the restricted user's waiter")
+	k, err = a.TryAcquire(ctx(t), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.ForceRelease(ctx(t), "job"); err != nil || n != 1 {
+		t.Fatalf("ForceRelease: %d, %v", n, err)
+	}
+	if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release after a force release: %v", err)
+	}
+	if denied := admin.Do(ctx(t), "ACL", "LOG").Val(); denied != nil && len(denied.([]any)) > 0 {
+		t.Errorf("the ACL log has denials: %v", denied)
 	}
 }

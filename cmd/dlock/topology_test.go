@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -124,5 +125,46 @@ func TestRedlockSameServerTwice(t *testing.T) {
 	code, _, stderr := dlockRun(t, "run", "--redis", s.URL()+",redis://localhost:"+port+","+other.URL(), "job", "--", "true")
 	if code != exitConfig || !strings.Contains(stderr, "same server") {
 		t.Errorf("127.0.0.1:P and localhost:P in one Redlock: exit %d, %q; want 78 naming the same server", code, stderr)
+	}
+}
+
+// TestRestrictedUser: the CLI works for a user made with the README's ACL
+// line, also over a Redlock (which asks each server its run id).
+func TestRestrictedUser(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "ACL SETUSER dlock ") {
+			line = strings.Replace(l, ">PASSWORD", ">cli-pw", 1)
+		}
+	}
+	servers := dlocktest.StartN(t, 3)
+	var urls []string
+	for _, s := range servers {
+		admin := s.Client()
+		var args []any
+		for _, f := range strings.Fields(line) {
+			args = append(args, f)
+		}
+		if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		admin.Close()
+		urls = append(urls, "redis://dlock:cli-pw@"+s.Addr())
+	}
+	for _, redisURL := range []string{urls[0], strings.Join(urls, ",")} {
+		for _, args := range [][]string{
+			{"run", "--redis", redisURL, "job", "--", "true"},
+			{"status", "--redis", redisURL, "job"},
+			{"release", "--force", "--redis", redisURL, "job"},
+		} {
+			if code, _, stderr := dlockRun(t, args...); code != exitOK {
+				t.Errorf("dlock %s as the restricted user: exit %d, %s", args[0], code, stderr)
+			}
+		}
 	}
 }
