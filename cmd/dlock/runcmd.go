@@ -41,7 +41,10 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return code
 	}
 	rest := fset.Args()
-	if i := len(args) - len(rest); len(rest) == 0 || rest[0] == "--" || (i > 0 && args[i-1] == "--") {
+	if len(rest) == 0 {
+		return c.usageError("run", "missing KEY: dlock run [flags] KEY -- COMMAND [ARG]...")
+	}
+	if i := len(args) - len(rest); rest[0] == "--" || (i > 0 && args[i-1] == "--") {
 		// "dlock run -- nice date": the flag package took the -- away, but
 		// what follows it is the command, not KEY.
 		return c.usageError("run", "missing KEY before --: dlock run [flags] KEY -- COMMAND [ARG]...")
