@@ -114,7 +114,9 @@ func TestBadInputs(t *testing.T) {
 		{"L15", func() error { return nilLock.Release(ctx(t)) }, dlock.ErrNotHeld, "Release on a nil *Lock"},
 		{"L16", func() error { return try(on(redis.Options{Addr: secured.Addr(), Password: "wrong"}), "k") }, dlock.ErrMisconfigured, "WRONGPASS"},
 		{"L17", func() error { return try(on(redis.Options{Addr: secured.Addr()}), "k") }, dlock.ErrMisconfigured, "unauthenticated"},
-		{"L18", func() error { return try(on(redis.Options{Addr: secured.Addr(), Username: "nokeys", Password: "pw"}), "k") }, dlock.ErrMisconfigured, "NOPERM"},
+		{"L18", func() error {
+			return try(on(redis.Options{Addr: secured.Addr(), Username: "nokeys", Password: "pw"}), "k")
+		}, dlock.ErrMisconfigured, "NOPERM"},
 		{"L19", func() error {
 			l := on(redis.Options{Addr: secured.Addr(), Username: "nochannels", Password: "pw"})
 			if err := try(newLocker(t, admin), "sub"); err != nil {
