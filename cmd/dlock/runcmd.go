@@ -18,6 +18,12 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
+// fromTerminal reports whether s is one that a terminal sends to its
+// foreground job (Ctrl-C, Ctrl-\, a hangup).
+func fromTerminal(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGQUIT || s == syscall.SIGHUP
+}
+
 // forwarded are the signals dlock passes on to the command's process group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
 	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
@@ -213,7 +219,15 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		"DLOCK_KEY="+lock.Key(),
 		"DLOCK_TOKEN="+lock.Token(),
 		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
-	cmd.SysProcAttr = commandAttr()
+	// With a terminal on stdin the command stays in dlock's process group,
+	// which the shell made the terminal's foreground job, as flock(1) does:
+	// it can read the terminal, and the terminal's signals (Ctrl-C, Ctrl-Z,
+	// a hangup) reach it and dlock together, so that Ctrl-Z stops the job
+	// and fg resumes it. Otherwise it gets a process group of its own, and
+	// dlock signals the whole group.
+	f, _ := c.stdin.(*os.File)
+	interactive := f != nil && isTTY(f)
+	cmd.SysProcAttr = commandAttr(!interactive)
 	cmd.WaitDelay = waitDelay
 
 	started := make(chan error, 1)
@@ -239,8 +253,15 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		}
 		return exitCannotExec, false
 	}
-	pgid := cmd.Process.Pid
-	c.debugf("running %s (process group %d)", argv[0], pgid)
+	// target is what dlock signals: the command's process group, or, in
+	// dlock's own group, the command itself.
+	target := -cmd.Process.Pid
+	if interactive {
+		target = cmd.Process.Pid
+		c.debugf("running %s (pid %d, with the terminal)", argv[0], target)
+	} else {
+		c.debugf("running %s (process group %d)", argv[0], -target)
+	}
 
 	// terminate sends SIGTERM to the group now and SIGKILL at killAt (or
 	// earlier, if an earlier kill is already due).
@@ -248,14 +269,14 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 	var killC <-chan time.Time
 	var killAt time.Time
 	terminate := func(at time.Time) {
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		_ = syscall.Kill(target, syscall.SIGTERM)
 		if !killAt.IsZero() && !at.Before(killAt) {
 			return
 		}
 		killAt = at
 		d := time.Until(at)
 		if d <= 0 {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = syscall.Kill(target, syscall.SIGKILL)
 			killC = nil
 			return
 		}
@@ -279,8 +300,13 @@ loop:
 		case <-exited:
 			break loop
 		case s := <-sigs:
+			if interactive && fromTerminal(s) {
+				// The terminal sent it to the whole job: the command has
+				// it already.
+				continue
+			}
 			c.debugf("forwarding %s to the command", signalName(s))
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			_ = syscall.Kill(target, s.(syscall.Signal))
 		case <-ctxDone:
 			ctxDone = nil
 			c.debugf("stopping the command: SIGTERM now, SIGKILL in %s", grace)
@@ -299,7 +325,7 @@ loop:
 		case <-killC:
 			killC = nil
 			c.debugf("sending SIGKILL to the command")
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = syscall.Kill(target, syscall.SIGKILL)
 		}
 	}
 	status = exitStatus(cmd.ProcessState)
@@ -314,10 +340,12 @@ loop:
 	}
 	// The leader has exited; what is left of its group runs without the
 	// lock once it is released.
-	if lost {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	} else if syscall.Kill(-pgid, 0) == nil {
-		c.warnf("the command left processes running in its process group %d; they run without the lock", pgid)
+	switch {
+	case interactive:
+	case lost:
+		_ = syscall.Kill(target, syscall.SIGKILL)
+	case syscall.Kill(target, 0) == nil:
+		c.warnf("the command left processes running in its process group %d; they run without the lock", -target)
 	}
 	c.debugf("the command exited with status %d", status)
 	return status, lost

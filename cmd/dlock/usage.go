@@ -85,6 +85,13 @@ lock's validity, or an administrator's release --force), the process group
 gets SIGTERM at once and SIGKILL after --kill-grace, both before the lock can
 have expired in Redis.
 
+When stdin is a terminal, dlock behaves like flock(1) under a shell: COMMAND
+stays in dlock's process group (the terminal's foreground job), so it can
+read the terminal, Ctrl-C reaches it, and Ctrl-Z stops the job and fg resumes
+it; a lock that expired while the job was stopped stops COMMAND when it
+resumes (exit 76). Then TERM, USR1 and USR2 sent to dlock are forwarded to
+COMMAND itself, and a lost lock's signals reach COMMAND only.
+
 Flags:
     --ttl DURATION
         Lease length (default 30s): how long other hosts wait for the lock
