@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,4 +162,49 @@ func TestStatusShowsHolder(t *testing.T) {
 	if code, _, _ := dlockRun(t, "run", "--redis", s.URL(), "--metadata", strings.Repeat("x", 1025), "job", "--", "true"); code != exitUsage {
 		t.Errorf("--metadata over 1024 bytes: exit %d, want %d", code, exitUsage)
 	}
+}
+
+// TestGuard: where there is no parent-death signal (forced here on Linux),
+// a guard kills the command, and what it started, when dlock is killed; the
+// command's status, signals and start errors come through unchanged.
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	guard := []string{"DLOCK_GUARD=1"}
+	// Not exec: the sleep is the command's child, in its group.
+	p := startDlockEnv(t, guard, "run", "--redis", s.URL(), "--ttl", "2s", "job", "--", "sh", "-c", "echo ready; sleep 60; echo survived")
+	p.waitLine(t, "ready")
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// stdout closes once the command and its sleep are gone.
+	rest := p.waitEOF(t, 10*time.Second)
+	_ = p.cmd.Wait()
+	if strings.Contains(strings.Join(rest, " "), "survived") {
+		t.Error("the command outlived its SIGKILLed supervisor")
+	}
+
+	for _, tc := range []struct {
+		argv []string
+		code int
+	}{
+		{[]string{"sh", "-c", "exit 3"}, 3},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15},
+		{[]string{"no-such-command-dlock"}, exitNotFound},
+	} {
+		cmd := exec.Command(dlockBin, append([]string{"run", "--redis", s.URL(), "status", "--"}, tc.argv...)...)
+		cmd.Env = append(withoutDlockEnv(os.Environ()), guard...)
+		_ = cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code {
+			t.Errorf("%q through the guard: exit %d, want %d", tc.argv, code, tc.code)
+		}
+	}
+	// A signal to dlock reaches the command once (not twice through the guard).
+	p = startDlockEnv(t, guard, "run", "--redis", s.URL(), "sig", "--", "sh", "-c",
+		`n=0; trap 'n=$((n+1))' USR1; echo ready; while [ $n -lt 1 ]; do sleep 0.05; done; sleep 0.3; echo "got $n"`)
+	p.waitLine(t, "ready")
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, "got 1")
 }

@@ -64,6 +64,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.release(ctx, rest)
 	case "demo":
 		return c.demo(ctx, rest)
+	case guardCommand:
+		return c.guard(rest)
 	case "help", "-h", "-help", "--help":
 		return c.help(rest)
 	case "version", "-version", "--version":

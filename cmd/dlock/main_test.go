@@ -117,8 +117,14 @@ type proc struct {
 
 func startDlock(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startDlockEnv(t, nil, args...)
+}
+
+// startDlockEnv is startDlock with more environment variables.
+func startDlockEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(dlockBin, args...), lines: make(chan string, 1000)}
-	p.cmd.Env = withoutDlockEnv(os.Environ())
+	p.cmd.Env = append(withoutDlockEnv(os.Environ()), env...)
 	p.cmd.Stderr = &p.stderr
 	p.cmd.WaitDelay = 5 * time.Second
 	r, w, err := os.Pipe()

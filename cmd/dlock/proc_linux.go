@@ -6,6 +6,9 @@ import (
 	"unsafe"
 )
 
+// hasPdeathsig: Linux kills the command when dlock dies (see commandAttr).
+const hasPdeathsig = true
+
 // commandAttr has the command killed if dlock dies (the parent-death
 // signal), since its lock will then expire and another host start the same
 // job; with ownGroup, it also puts the command in its own process group, so

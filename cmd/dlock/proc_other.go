@@ -4,11 +4,12 @@ package main
 
 import "syscall"
 
+// hasPdeathsig: other Unixes have no parent-death signal; dlock run starts
+// the command through a guard instead (see guard.go).
+const hasPdeathsig = false
+
 // commandAttr, with ownGroup, puts the command in its own process group, so
-// that a signal reaches a shell's children too. Other Unixes have no
-// parent-death signal: if dlock is killed with SIGKILL, the command goes on
-// running while its lock expires (forwarded signals and a lost lock still
-// reach it).
+// that a signal reaches a shell's children too.
 func commandAttr(ownGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: ownGroup}
 }

@@ -229,6 +229,30 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 	interactive := f != nil && isTTY(f)
 	cmd.SysProcAttr = commandAttr(!interactive)
 	cmd.WaitDelay = waitDelay
+	// Without a parent-death signal, a guard in the command's group kills
+	// it when dlock dies (see guard.go). Not with the terminal: the user
+	// sees that job.
+	if !interactive && guarded() {
+		self, err := os.Executable()
+		if err != nil {
+			c.errorf("cannot find dlock's own binary to guard the command: %s", err)
+			return exitCannotExec, false
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			c.errorf("cannot guard the command: %s", err)
+			return exitCannotExec, false
+		}
+		defer r.Close()
+		defer w.Close() // the guard sees EOF: after the command, or when dlock dies
+		guard := exec.Command(self, append([]string{guardCommand, "--"}, argv...)...)
+		guard.Stdin, guard.Stdout, guard.Stderr, guard.Env = cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env
+		// Its own group, which it kills; no parent-death signal, which
+		// would kill the guard before it could act.
+		guard.SysProcAttr, guard.WaitDelay = &syscall.SysProcAttr{Setpgid: true}, cmd.WaitDelay
+		guard.ExtraFiles = []*os.File{r} // fd 3 (guardFD)
+		cmd = guard
+	}
 
 	started := make(chan error, 1)
 	exited := make(chan struct{})

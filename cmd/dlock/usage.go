@@ -77,8 +77,9 @@ that grows with every acquisition of KEY: pass it to storage that can reject
 a stale holder's writes). Signals dlock receives (INT, TERM, HUP, QUIT, USR1,
 USR2) are forwarded to the whole process group, so a shell's children get
 them too. If dlock itself is killed, even with SIGKILL, COMMAND is killed with
-it (Linux parent-death signal): its lock will expire and another host will
-start the same job.
+it: its lock will expire and another host will start the same job (Linux: the
+parent-death signal; other Unixes: a guard process in COMMAND's group, which
+kills the group when dlock is gone).
 
 If the lock is lost while COMMAND runs (Redis unreachable for longer than the
 lock's validity, or an administrator's release --force), the process group
