@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test demo bench redis vet
+.PHONY: all build test demo bench redis vet fuzz
 
 all: build
 
@@ -40,6 +40,16 @@ else
 	cd bench && $(GO) run ./cmd/dlockbench -out ../docs
 	$(GO) test -run '^$$' -bench AcquireRelease -benchmem .
 endif
+
+# Each fuzz target for FUZZTIME (default 10s): the reply parsers, key names
+# and options, and the CLI's URL parsing. Inputs that fail are written to
+# testdata/fuzz and then run by make test as part of the seed corpus.
+FUZZTIME ?= 10s
+fuzz:
+	@for t in FuzzParseAcquire FuzzNames FuzzOptions; do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) . || exit 1; \
+	done
+	$(GO) test -run '^$$' -fuzz '^FuzzRedisURL$$' -fuzztime $(FUZZTIME) ./cmd/dlock
 
 redis:
 	@./scripts/dev/ensure-redis.sh

@@ -495,12 +495,16 @@ func (t *target) closeClients() {
 // userinfo matches the user-information part of a URL that may not parse.
 var userinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)([^/@]*)@`)
 
-// redactURL returns raw with its password, if any, replaced by "xxxxx".
+// redactURL returns raw with its password, if any, replaced by "xxxxx". The
+// pattern goes first: a password that url.Parse does not see as one (with a
+// '#' or '?' in it, it takes the rest for a fragment or a query) must not
+// come through whole.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	s := userinfo.ReplaceAllString(raw, "${1}xxxxx@")
+	if u, err := url.Parse(s); err == nil {
 		return u.Redacted()
 	}
-	return userinfo.ReplaceAllString(raw, "${1}xxxxx@")
+	return s
 }
 
 // redactIn removes the password of raw from msg, which may quote raw.

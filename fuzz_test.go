@@ -1,0 +1,143 @@
+package dlock
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzParseAcquire: no reply shape makes the parser panic, and a reply
+// that parses as a grant carries the fence given as a decimal string.
+func FuzzParseAcquire(f *testing.F) {
+	f.Add(int64(1), "1796048553758864", int64(0), "", false)
+	f.Add(int64(0), "", int64(1234), "1796048553758864", true)
+	f.Add(int64(0), "", int64(-3), "0", true)
+	f.Add(int64(1), "18446744073709551615", int64(0), "", false)
+	f.Add(int64(1), "-1", int64(0), "", false)
+	f.Add(int64(2), "x", int64(7), "y", true)
+	f.Fuzz(func(t *testing.T, flag int64, fence string, pttl int64, pos string, third bool) {
+		for _, reply := range []any{
+			[]any{flag, fence},
+			[]any{flag, pttl},
+			[]any{flag, pttl, pos},
+			[]any{flag, fence, pos},
+			[]any{flag},
+			fence,
+			nil,
+		} {
+			if !third {
+				if arr, ok := reply.([]any); ok && len(arr) > 2 {
+					reply = arr[:2]
+				}
+			}
+			r, err := parseAcquire(reply)
+			if err != nil {
+				if !permanent(err) {
+					t.Errorf("parse error %v of %#v is not permanent (a reply dlock cannot read)", err, reply)
+				}
+				continue
+			}
+			if r.ok {
+				want, perr := strconv.ParseUint(fence, 10, 64)
+				arr := reply.([]any)
+				if s, isString := arr[1].(string); isString && (perr != nil || want != r.fence || s != fence) {
+					t.Errorf("grant %#v parsed as fence %d", reply, r.fence)
+				}
+			}
+		}
+	})
+}
+
+// hashSlot is Redis Cluster's key slot: CRC16 of the hash tag (the text
+// between the first '{' and the first '}' after it, if not empty), else of
+// the whole key, modulo 16384.
+func hashSlot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// FuzzNames: for every key and prefix a user can pass, a lock's keys share
+// one Cluster slot, and two different keys never share a lock name.
+func FuzzNames(f *testing.F) {
+	for _, k := range []string{"job", "}x", "}", "}}", "\x00", "\x00}x", "{", "{}", "a}b", "{a}", "x{y}z", "payout:42"} {
+		f.Add(k, "k2", "dlock:")
+	}
+	f.Add("a", "\x00a", "")
+	f.Add("}a", "\x00}a", "p:")
+	f.Fuzz(func(t *testing.T, key, other, prefix string) {
+		l := &Locker{}
+		WithPrefix(prefix)(&l.cfg)
+		if l.cfg.err != nil {
+			if !errors.Is(l.cfg.err, ErrInvalid) || !strings.ContainsAny(prefix, "{}") {
+				t.Fatalf("prefix %q refused: %v", prefix, l.cfg.err)
+			}
+			return
+		}
+		if key == "" || other == "" {
+			return
+		}
+		n := l.names(key)
+		slot := hashSlot(n.lock)
+		for _, k := range append(append([]string{n.fence, n.waiters, n.leases, n.meta}, n.acquireKeys...), n.releaseKeys...) {
+			if hashSlot(k) != slot {
+				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.lock, slot)
+			}
+		}
+		o := l.names(other)
+		if key != other {
+			for _, a := range []string{n.lock, n.fence, n.waiters, n.leases, n.meta} {
+				for _, b := range []string{o.lock, o.fence, o.waiters, o.leases, o.meta} {
+					if a == b {
+						t.Fatalf("keys %q and %q share the Redis key %q", key, other, a)
+					}
+				}
+			}
+		}
+	})
+}
+
+// FuzzOptions: option values never panic, and a refused one wraps ErrInvalid.
+func FuzzOptions(f *testing.F) {
+	f.Add(int64(30*time.Second), int64(time.Second), int64(24*time.Hour), "meta")
+	f.Add(int64(0), int64(-1), int64(0), strings.Repeat("x", 1025))
+	f.Add(int64(5*time.Millisecond), int64(1), int64(1), "")
+	f.Fuzz(func(t *testing.T, ttl, nodeTimeout, retention int64, meta string) {
+		var lc lockConfig
+		for _, o := range []LockOption{WithTTL(time.Duration(ttl)), WithMetadata(meta), WithAutoRenew(ttl%2 == 0)} {
+			o(&lc)
+			if lc.err != nil && !errors.Is(lc.err, ErrInvalid) {
+				t.Fatalf("lock option error %v does not wrap ErrInvalid", lc.err)
+			}
+		}
+		if lc.err == nil && (lc.ttl < MinTTL || len(lc.metadata) > MaxMetadata) {
+			t.Fatalf("accepted ttl %s, metadata of %d bytes", lc.ttl, len(lc.metadata))
+		}
+		var c lockerConfig
+		for _, o := range []Option{WithNodeTimeout(time.Duration(nodeTimeout)), WithFenceRetention(time.Duration(retention))} {
+			o(&c)
+			if c.err != nil && !errors.Is(c.err, ErrInvalid) {
+				t.Fatalf("locker option error %v does not wrap ErrInvalid", c.err)
+			}
+		}
+		if err := checkTTL(time.Duration(ttl)); err == nil && drift(time.Duration(ttl)) >= time.Duration(ttl) {
+			t.Fatalf("ttl %s leaves no validity", time.Duration(ttl))
+		}
+	})
+}
