@@ -89,9 +89,13 @@
 //
 // Every acquisition returns a fence ([Lock.Fence]) that is larger than the
 // fence of every earlier acquisition of the same key. On one Redis it is
-// taken in the acquire script: the counter + 1 (INCR) while the counter
-// exists, and the server's time in microseconds when it does not (its first
-// use, or after it was lost). The counter expires 24h after the last
+// taken in the acquire script: the larger of the counter + 1 (INCR) and the
+// server's time in microseconds rounded down to the second while the
+// counter exists, and the server's time in microseconds when it does not
+// (its first use, or after it was lost). The floor keeps fences increasing
+// across a failover to a replica that missed the last increments, since a
+// failover takes more than a second (Redis Cluster's node timeout,
+// Sentinel's down-after time). The counter expires 24h after the last
 // acquisition ([WithFenceRetention]), so a service that locks one name per
 // entity leaves nothing behind. An increment takes a script run of more than
 // a microsecond, so the counter never runs ahead of the server's clock, and
@@ -181,10 +185,13 @@
 //     second holder in. Run the nodes with persistence (appendonly yes;
 //     appendfsync always for the strictest guarantee), or keep a restarted
 //     node out of service for at least one TTL (delayed restart). The same
-//     holds for a Sentinel failover to a replica that had not yet received
-//     a lock. Fences survive such a restart (see Fencing) as long as the
-//     server's clock does not step back, and, over a quorum, the nodes'
-//     clocks agree within the time the node stayed out.
+//     holds for a failover (Sentinel, Cluster) to a replica that had not
+//     yet received a lock: its holder learns it at its next renewal,
+//     through Lost, and another process may hold it meanwhile;
+//     [WithReplicaAck] closes that window. Fences survive a restart and a
+//     failover (see Fencing) as long as the servers' clocks do not step
+//     back, and, over a quorum, the nodes' clocks agree within the time the
+//     node stayed out.
 //   - A waiter woken by a release that dies before taking the lock leaves it
 //     reserved for a moment (100ms on one Redis); the waiter after it stands
 //     in for it after that. If both die, the others wake on their fallback

@@ -130,10 +130,13 @@ func (k *Lock) Token() string { return k.token }
 
 // Fence returns the fencing token of this acquisition: a number that is
 // larger than the fence of every earlier acquisition of the same key. It is
-// the larger of the key's counter + 1 and the server's time in microseconds,
-// so it also stays larger across a restart of Redis without its data, and
-// after the counter expired (see WithFenceRetention), as long as the server's
-// clock does not step back. Over a Redlock quorum it holds while fewer than
+// the larger of the key's counter + 1 and the server's time in microseconds
+// rounded down to the second (the time itself when the counter is gone), so
+// it also stays larger across a restart of Redis without its data, after
+// the counter expired (see WithFenceRetention), and across a failover to a
+// replica that missed the last increments, which takes more than a second,
+// as long as the servers' clocks do not step back. Over a Redlock quorum it
+// holds while fewer than
 // a quorum of nodes lose their data at once and, for a node that restarted
 // empty, as long as it stayed out of service for one TTL and the nodes'
 // clocks agree within that time. Pass it to storage that can reject writes
@@ -303,7 +306,15 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
-			return extendScript.Run(ctx, nodes[i].Client, k.names.extendKeys, k.token, ttlMS, regain, k.metadata).Int64()
+			v, err := l.runScript(ctx, node(i), timeout, extendScript, k.names.extendKeys, k.token, ttlMS, regain, k.metadata)
+			if err != nil {
+				return 0, err
+			}
+			n, ok := v.(int64)
+			if !ok {
+				return 0, badReply("unexpected extend reply %v", v)
+			}
+			return n, nil
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)

@@ -580,16 +580,17 @@ func TestRetriedAcquire(t *testing.T) {
 	defer l.Close()
 	admin := s.Client()
 	defer admin.Close()
-	admin.Set(ctx(t), "dlock:{retried}:fence", 41, 0)
+	// A counter ahead of the clock, so that the next fence is counter+1.
+	admin.Set(ctx(t), "dlock:{retried}:fence", "5000000000000041", 0)
 	k, err := l.TryAcquire(ctx(t), "retried")
 	if err != nil {
 		t.Fatalf("TryAcquire with a replayed command: %v", err)
 	}
-	if k.Fence() != 42 {
-		t.Errorf("fence = %d, want 42 (the replay must not increment it again)", k.Fence())
+	if k.Fence() != 5000000000000042 {
+		t.Errorf("fence = %d, want 5000000000000042 (the replay must not increment it again)", k.Fence())
 	}
-	if v := admin.Get(ctx(t), "dlock:{retried}:fence").Val(); v != "42" {
-		t.Errorf("fence counter = %s, want 42", v)
+	if v := admin.Get(ctx(t), "dlock:{retried}:fence").Val(); v != "5000000000000042" {
+		t.Errorf("fence counter = %s, want 5000000000000042", v)
 	}
 	if err := k.Release(ctx(t)); err != nil {
 		t.Fatal(err)

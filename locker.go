@@ -735,8 +735,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			if regs != nil {
 				reg = regs[i]
 			}
-			v, err := acquireScript.Run(ctx, l.nodes[i].Client, nm.acquireKeys,
-				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg, cfg.metadata).Result()
+			v, err := l.runScript(ctx, i, timeout, acquireScript, nm.acquireKeys,
+				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg, cfg.metadata)
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -926,6 +926,49 @@ func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, lea
 	}
 	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys,
 		expected, l.inboxes, l.reserveArg, leaving, w).Int64()
+}
+
+// errNotAcked fails a node's grant or renewal that too few replicas
+// acknowledged in time (WithReplicaAck). It is transient.
+var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)")
+
+// runScript runs a script that writes the lock on node i. With
+// WithReplicaAck, it also waits, on the same connection (WAIT counts the
+// writes of its own connection), until enough replicas have the write, and
+// fails with errNotAcked if they do not within most of timeout.
+func (l *Locker) runScript(ctx context.Context, i int, timeout time.Duration, s *redis.Script, keys []string, args ...any) (any, error) {
+	c := l.nodes[i].Client
+	if l.cfg.replicaAck == 0 {
+		return s.Run(ctx, c, keys, args...).Result()
+	}
+	var node redis.Cmdable = c
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = m
+	}
+	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
+	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+		pipe := node.Pipeline()
+		cmd := eval(pipe)
+		wait := pipe.Do(ctx, "WAIT", l.cfg.replicaAck, waitMS)
+		_, _ = pipe.Exec(ctx)
+		return cmd, wait
+	}
+	cmd, wait := run(func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, wait = run(func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	if n, err := wait.Int64(); err != nil || n < int64(l.cfg.replicaAck) {
+		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
+	}
+	return v, nil
 }
 
 // inboxPrefix is the prefix of every Locker's inbox channel.

@@ -71,7 +71,33 @@ type lockerConfig struct {
 	prefix         string
 	nodeTimeout    time.Duration
 	fenceRetention time.Duration
+	replicaAck     int
 	err            error
+}
+
+// WithReplicaAck makes every acquisition and renewal count on a node only
+// once n of the node's replicas have the write: the script and Redis' WAIT
+// run on one connection, WAIT bounded by most of the node timeout. Redis
+// replicates asynchronously, so without it a failover to a replica that had
+// not yet received a lock loses the lock (its holder learns it at its next
+// renewal, through Lost, and another process may acquire it meanwhile).
+// With it, a grant that n replicas did not acknowledge in time fails (an
+// acquisition: ErrUnavailable, and the key is cleaned up; a renewal: not
+// confirmed, tried again until the validity runs out), so a lock that is
+// held survives the failover of its master to any replica that
+// acknowledged it. It costs a replica round trip per acquisition and
+// renewal, and, if fewer than n replicas are up, every acquisition. The
+// default, 0, waits for none; n < 0 is an error wrapping ErrInvalid.
+// Releases are not acknowledged: a release lost in a failover leaves a key
+// that expires after its TTL.
+func WithReplicaAck(n int) Option {
+	return func(c *lockerConfig) {
+		if n < 0 {
+			c.err = invalid("replica acknowledgements must not be negative, got %d", n)
+			return
+		}
+		c.replicaAck = n
+	}
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the Locker uses

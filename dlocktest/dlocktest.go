@@ -399,11 +399,15 @@ func Clients(tb testing.TB, servers ...*Server) []redis.UniversalClient {
 	return clients
 }
 
-// Cluster is a Redis Cluster of masters without replicas, each slot range on
-// one master.
+// Cluster is a Redis Cluster: masters, each with a range of slots, and
+// their replicas, if any.
 type Cluster struct {
+	// Servers are the masters, as started (after a failover, a replica may
+	// be a master and a master a replica: ask the nodes).
 	Servers []*Server
-	dirs    []string
+	// Replicas are the replicas, Replicas[i] of Servers[i%len(Servers)].
+	Replicas []*Server
+	dirs     []string
 }
 
 // Addrs returns the masters' addresses.
@@ -424,7 +428,7 @@ func (c *Cluster) Client() *redis.ClusterClient {
 // Close stops every server of the cluster and removes their cluster state.
 func (c *Cluster) Close() error {
 	var errs []error
-	for _, s := range c.Servers {
+	for _, s := range append(append([]*Server(nil), c.Servers...), c.Replicas...) {
 		errs = append(errs, s.Close())
 	}
 	for _, d := range c.dirs {
@@ -437,11 +441,24 @@ func (c *Cluster) Close() error {
 // the 16384 slots evenly and waits until every node reports cluster_state:ok.
 // The caller must call Close.
 func NewCluster(n int) (*Cluster, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("dlocktest: a cluster needs at least one master, got %d", n)
+	return NewClusterWithReplicas(n, 0)
+}
+
+// NewClusterWithReplicas starts a Redis Cluster of n masters, each with
+// replicas replicas, on loopback, with a node timeout of 1s, so that a
+// replica takes over a failed master within a few seconds. It waits until
+// every node reports cluster_state:ok and every replica's link to its
+// master is up. The caller must call Close.
+func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
+	if n < 1 || replicas < 0 {
+		return nil, fmt.Errorf("dlocktest: a cluster needs at least one master, got %d (and %d replicas each)", n, replicas)
 	}
 	c := &Cluster{}
-	for i := 0; i < n; i++ {
+	timeout := "2000"
+	if replicas > 0 {
+		timeout = "1000"
+	}
+	for i := 0; i < n*(1+replicas); i++ {
 		dir, err := os.MkdirTemp("", "dlocktest-cluster-")
 		if err != nil {
 			_ = c.Close()
@@ -449,14 +466,18 @@ func NewCluster(n int) (*Cluster, error) {
 		}
 		c.dirs = append(c.dirs, dir)
 		s, err := NewServer(WithArgs("--cluster-enabled", "yes", "--dir", dir,
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout))
 		if err != nil {
 			_ = c.Close()
 			return nil, err
 		}
-		c.Servers = append(c.Servers, s)
+		if i < n {
+			c.Servers = append(c.Servers, s)
+		} else {
+			c.Replicas = append(c.Replicas, s)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.setup(ctx); err != nil {
 		_ = c.Close()
@@ -468,16 +489,18 @@ func NewCluster(n int) (*Cluster, error) {
 func (c *Cluster) setup(ctx context.Context) error {
 	const slots = 16384
 	n := len(c.Servers)
-	clients := make([]*redis.Client, n)
-	for i, s := range c.Servers {
+	all := append(append([]*Server(nil), c.Servers...), c.Replicas...)
+	clients := make([]*redis.Client, len(all))
+	for i, s := range all {
 		clients[i] = s.Client()
 		defer clients[i].Close()
 	}
 	for i, cl := range clients {
-		lo, hi := i*slots/n, (i+1)*slots/n-1
-		args := []interface{}{"CLUSTER", "ADDSLOTSRANGE", lo, hi}
-		if err := cl.Do(ctx, args...).Err(); err != nil {
-			return fmt.Errorf("dlocktest: cluster addslots on %s: %w", c.Servers[i].Addr(), err)
+		if i < n {
+			lo, hi := i*slots/n, (i+1)*slots/n-1
+			if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+				return fmt.Errorf("dlocktest: cluster addslots on %s: %w", all[i].Addr(), err)
+			}
 		}
 		if i > 0 {
 			if err := cl.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", c.Servers[0].Port()).Err(); err != nil {
@@ -485,26 +508,83 @@ func (c *Cluster) setup(ctx context.Context) error {
 			}
 		}
 	}
-	for {
-		ok := true
+	ids := make([]string, n)
+	for i := range ids {
+		id, err := clients[i].Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			return fmt.Errorf("dlocktest: cluster myid: %w", err)
+		}
+		ids[i] = id
+	}
+	wait := func(what string, ready func() (bool, error)) error {
+		for {
+			ok, err := ready()
+			if err != nil {
+				return err
+			}
+			if ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("dlocktest: cluster: %s: %w", what, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	// Every node knows every other before a replica can follow its master.
+	if err := wait("nodes did not meet", func() (bool, error) {
 		for _, cl := range clients {
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err != nil {
-				return fmt.Errorf("dlocktest: cluster info: %w", err)
+				return false, fmt.Errorf("dlocktest: cluster info: %w", err)
 			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
-				ok = false
+			if !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(all))) {
+				return false, nil
 			}
 		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("dlocktest: cluster did not become ready: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	for i, cl := range clients[n:] {
+		if err := cl.Do(ctx, "CLUSTER", "REPLICATE", ids[i%n]).Err(); err != nil {
+			return fmt.Errorf("dlocktest: cluster replicate: %w", err)
 		}
 	}
+	return wait("did not become ready", func() (bool, error) {
+		for i, cl := range clients {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil {
+				return false, fmt.Errorf("dlocktest: cluster info: %w", err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return false, nil
+			}
+			if i >= n {
+				repl, err := cl.Info(ctx, "replication").Result()
+				if err != nil {
+					return false, err
+				}
+				if !strings.Contains(repl, "master_link_status:up") {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+}
+
+// StartClusterWithReplicas starts a Redis Cluster of n masters with
+// replicas replicas each for the test, stopped in the test's Cleanup.
+func StartClusterWithReplicas(tb testing.TB, n, replicas int) *Cluster {
+	tb.Helper()
+	c, err := NewClusterWithReplicas(n, replicas)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // StartCluster starts a Redis Cluster of n masters for the test, stopped in the

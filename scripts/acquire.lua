@@ -18,13 +18,18 @@
 -- ARGV[9] metadata       "" for none, else stored under the token in KEYS[5]
 --
 -- Returns {1, fence} on success, the fence as a decimal string. The fence is
--- the counter + 1 (INCR) while the counter exists, and the server's time in
--- microseconds when it does not (first use, or the counter was lost: a
--- restart without data, an eviction, its retention running out). An
+-- the server's time in microseconds when the counter does not exist (first
+-- use, or the counter was lost: a restart without data, an eviction, its
+-- retention running out), and otherwise the larger of the counter + 1 and
+-- the server's time rounded down to the second (in microseconds). An
 -- increment takes a script run of more than a microsecond, so the counter
--- never runs ahead of the server's clock, and a counter started again from
--- the clock is larger than every fence issued before, as long as the clock
--- has not stepped back. The arithmetic is exact: INCR's result is read back
+-- never runs ahead of the server's clock: a counter started again from the
+-- clock is larger than every fence issued before, as long as the clock has
+-- not stepped back; and a counter that missed its last increments (a
+-- replica promoted after a failover that lost them) is passed by the
+-- second's floor once the failover took more than a second. The floor moves
+-- once a second, so nodes of a quorum agree on it and their counters stay
+-- equal. The arithmetic is exact: INCR's result is read back
 -- as a string, never through a Lua number (a double, exact only below 2^53).
 -- Nothing is written before the steps that can fail (a counter that is not a
 -- positive decimal integer or is at 2^63-1, a metadata key of another type),
@@ -61,12 +66,17 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
   end
   if not fence then
-    if c then
+    local t = redis.call('TIME')
+    local floor = t[1] .. '000000'
+    if c and (#c > #floor or (#c == #floor and c >= floor)) then
       redis.call('INCR', KEYS[2])
       fence = redis.call('GET', KEYS[2])
     else
-      local t = redis.call('TIME')
-      fence = t[1] .. string.format('%06d', tonumber(t[2]))
+      if c then
+        fence = floor
+      else
+        fence = t[1] .. string.format('%06d', tonumber(t[2]))
+      end
       redis.call('SET', KEYS[2], fence)
     end
   end

@@ -471,7 +471,7 @@ func TestRunRedisFromEnvironment(t *testing.T) {
 	t.Setenv("DLOCK_REDIS", s.URL())
 	admin := s.Client()
 	defer admin.Close()
-	admin.Set(context.Background(), "dlock:{job}:fence", 100, 0)
+	admin.Set(context.Background(), "dlock:{job}:fence", "5000000000000100", 0) // ahead of the clock
 	if code, _, _ := dlockRun(t, "run", "job", "--", "true"); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -479,7 +479,7 @@ func TestRunRedisFromEnvironment(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	st, err := newLocker(t, s).Status(context.Background(), "job")
-	if err != nil || st.Fence != 102 {
+	if err != nil || st.Fence != 5000000000000102 {
 		t.Errorf("the lock was not taken on $DLOCK_REDIS: %+v, %v", st, err)
 	}
 }

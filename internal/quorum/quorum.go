@@ -13,6 +13,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -41,9 +42,32 @@ type Node struct {
 	// command, and an answer in time still counts).
 	suspectUntil atomic.Int64
 
+	// reload, for a Cluster client, makes it ask the cluster for its
+	// slots again: go-redis otherwise keeps sending to a failed master
+	// until its periodic reload (10s) after a failover.
+	reload     func()
+	lastReload atomic.Int64 // Unix ns
+
 	jobs      chan func()
 	stop      chan struct{}
 	closeOnce sync.Once
+}
+
+// reloadEvery throttles the reloads of a Cluster's slots.
+const reloadEvery = 100 * time.Millisecond
+
+// failed is told of a call to the node that failed without an error reply
+// of Redis (a network error, no answer): a Cluster client is made to reload
+// its slots, in case a master failed over.
+func (n *Node) failed(err error) {
+	var rerr redis.Error
+	if n.reload == nil || err == nil || errors.As(err, &rerr) {
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := n.lastReload.Load(); now-last > int64(reloadEvery) && n.lastReload.CompareAndSwap(last, now) {
+		n.reload()
+	}
 }
 
 // workerIdle is how long a worker goroutine waits for another call before
@@ -113,6 +137,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
 		n.HonoursCtx, n.NoRetries = o.ContextTimeoutEnabled, o.MaxRetries < 0 && o.MaxRedirects < 0
+		n.reload = func() { c.ReloadState(context.Background()) }
 	case *redis.Ring:
 		o := c.Options()
 		n.HonoursCtx = o.ContextTimeoutEnabled
@@ -149,6 +174,7 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 	if n.Inline(timeout) {
 		defer cancel()
 		v, err = fn(ctx)
+		n.failed(err)
 		if err != nil && ctx.Err() != nil {
 			return v, ctx.Err(), false
 		}
@@ -161,6 +187,7 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 	ch := make(chan res, 1)
 	n.run(func() {
 		v, err := fn(ctx)
+		n.failed(err)
 		ch <- res{v, err}
 	})
 	select {
@@ -244,6 +271,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		n.run(func() {
 			v, err := fn(ctx, i)
 			nodes[i].answered(err)
+			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}
 		})
 	}

@@ -1,0 +1,213 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// keyOn returns a lock name whose keys the master at addr serves.
+func keyOn(t *testing.T, cc *redis.ClusterClient, addr, prefix string) string {
+	t.Helper()
+	for i := 0; i < 10000; i++ {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		m, err := cc.MasterForKey(ctx(t), "dlock:{"+k+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == addr {
+			return k
+		}
+	}
+	t.Fatalf("no key on %s", addr)
+	return ""
+}
+
+// settled calls fn until it returns something else than ErrUnavailable
+// (the Cluster client finds the new master a moment after a failover), for
+// up to 10s, and returns that.
+func settled(t *testing.T, fn func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := fn()
+		if !errors.Is(err, dlock.ErrUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// isMaster reports whether the server answers ROLE with master.
+func isMaster(s *dlocktest.Server) bool {
+	c := s.Client()
+	defer c.Close()
+	role, err := c.Do(context.Background(), "ROLE").Slice()
+	return err == nil && len(role) > 0 && role[0] == "master"
+}
+
+// TestClusterSlots: locks on keys of every master, waiting and wake-up
+// across nodes (each node's pub/sub), Status and ForceRelease.
+func TestClusterSlots(t *testing.T) {
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	for i, s := range cl.Servers {
+		key := keyOn(t, cc, s.Addr(), fmt.Sprintf("slot%d-", i))
+		k, err := a.TryAcquire(ctx(t), key, dlock.WithMetadata("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.Status(ctx(t), key)
+		if err != nil || !st.Held || st.Metadata != "a" || st.Fence != k.Fence() {
+			t.Fatalf("Status(%q) on %s = %+v, %v", key, s.Addr(), st, err)
+		}
+		got := acquireAsync(t, b, key)
+		waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter on "+s.Addr())
+		handoff(t, k, got, "a waiter for a key on "+s.Addr())
+		k, err = a.TryAcquire(ctx(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.ForceRelease(ctx(t), key); err != nil || n != 1 {
+			t.Fatalf("ForceRelease(%q) = %d, %v", key, n, err)
+		}
+		if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Release after ForceRelease: %v", err)
+		}
+	}
+}
+
+// TestClusterFailover: a master is killed and its replica promoted while
+// locks are held. A lock the replica had received survives; a lock it had
+// not is lost, its holder learns it through Lost, and the next fence is
+// still larger (the promoted replica missed the last increment of the
+// counter); with WithReplicaAck, a lock is granted only once a replica has
+// it, so that window is closed.
+func TestClusterFailover(t *testing.T) {
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	l := newLocker(t, cc)
+	other := newLocker(t, cl.Client())
+	promoted := func(s *dlocktest.Server) {
+		t.Helper()
+		waitFor(t, func() bool { return isMaster(s) }, "the replica "+s.Addr()+" to be promoted")
+	}
+	onReplica := func(s *dlocktest.Server, key string) bool {
+		c := s.Client()
+		defer c.Close()
+		c.Do(ctx(t), "READONLY")
+		return c.Exists(ctx(t), "dlock:{"+key+"}").Val() == 1
+	}
+
+	t.Run("a replicated lock survives", func(t *testing.T) {
+		key := keyOn(t, cc, cl.Servers[0].Addr(), "kept")
+		k, err := l.Acquire(ctx(t), key, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(ctx(t))
+		waitFor(t, func() bool { return onReplica(cl.Replicas[0], key) }, "the lock to reach the replica")
+		cl.Servers[0].Kill()
+		promoted(cl.Replicas[0])
+		if err := settled(t, func() error { return k.Extend(ctx(t), 10*time.Second) }); err != nil {
+			t.Fatalf("Extend after the failover: %v", err)
+		}
+		select {
+		case <-k.Lost():
+			t.Fatal("a replicated lock was lost in the failover")
+		default:
+		}
+		if err := settled(t, func() error { _, err := other.TryAcquire(ctx(t), key); return err }); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("another process after the failover: %v, want ErrNotAcquired", err)
+		}
+	})
+
+	t.Run("a lock the replica missed is lost, fences still grow", func(t *testing.T) {
+		key := keyOn(t, cc, cl.Servers[1].Addr(), "missed")
+		// A first acquisition the replica receives: it has the counter.
+		k1, err := l.Acquire(ctx(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k1.Release(ctx(t))
+		waitFor(t, func() bool {
+			c := cl.Replicas[1].Client()
+			defer c.Close()
+			c.Do(ctx(t), "READONLY")
+			return c.Exists(ctx(t), "dlock:{"+key+"}:fence").Val() == 1
+		}, "the counter to reach the replica")
+		// The replica stops receiving: frozen (it could not reconnect),
+		// and its link cut by the master (a frozen process's kernel would
+		// still buffer what the master sends).
+		thaw := freeze(t, cl.Replicas[1])
+		m := cl.Servers[1].Client()
+		defer m.Close()
+		if err := m.Do(ctx(t), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+			t.Fatal(err)
+		}
+		k2, err := l.Acquire(ctx(t), key, dlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k2.Release(ctx(t))
+		cl.Servers[1].Kill()
+		thaw()
+		promoted(cl.Replicas[1])
+		select {
+		case <-k2.Lost():
+		case <-time.After(15 * time.Second):
+			t.Fatal("the holder of a lock lost in the failover was not told")
+		}
+		k3, err := other.Acquire(ctxTimeout(t, 15*time.Second), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k3.Release(ctx(t))
+		if k3.Fence() <= k2.Fence() {
+			t.Errorf("fence %d after the failover, not above the %d the lost holder had", k3.Fence(), k2.Fence())
+		}
+	})
+
+	t.Run("WithReplicaAck closes the window", func(t *testing.T) {
+		acked := newLocker(t, cl.Client(), dlock.WithReplicaAck(1))
+		key := keyOn(t, cc, cl.Servers[2].Addr(), "acked")
+		// The fault that lost the lock above: not granted now.
+		thaw := freeze(t, cl.Replicas[2])
+		m := cl.Servers[2].Client()
+		defer m.Close()
+		if err := m.Do(ctx(t), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := acked.TryAcquire(ctx(t), key)
+		isClass(t, "TryAcquire with the replica cut off", err, dlock.ErrUnavailable)
+		thaw()
+		k, err := acked.Acquire(ctxTimeout(t, 10*time.Second), key, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(ctx(t))
+		if !onReplica(cl.Replicas[2], key) {
+			t.Fatal("Acquire with WithReplicaAck(1) returned before the replica had the lock")
+		}
+		cl.Servers[2].Kill()
+		promoted(cl.Replicas[2])
+		if err := settled(t, func() error { _, err := other.TryAcquire(ctx(t), key); return err }); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("another process after the failover: %v, want ErrNotAcquired", err)
+		}
+		select {
+		case <-k.Lost():
+			t.Error("an acknowledged lock was lost in the failover")
+		default:
+		}
+	})
+}
