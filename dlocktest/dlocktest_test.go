@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
@@ -66,5 +68,42 @@ func TestCluster(t *testing.T) {
 		if err := c.Set(ctx, k, 1, 0).Err(); err != nil {
 			t.Fatalf("SET %s on the cluster: %v", k, err)
 		}
+	}
+}
+
+func TestProxy(t *testing.T) {
+	s := dlocktest.Start(t)
+	p, err := dlocktest.NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	p.SetLatency(200 * time.Millisecond)
+	start := time.Now()
+	if err := c.Ping(ctx).Err(); err != nil || time.Since(start) < 400*time.Millisecond {
+		t.Errorf("with 200ms latency each way: %v after %s", err, time.Since(start))
+	}
+	p.SetLatency(0)
+	p.BlackHole(true)
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if err := c.Ping(sctx).Err(); err == nil {
+		t.Error("a PING crossed a black hole")
+	}
+	cancel()
+	p.BlackHole(false)
+	p.Reset()
+	if err := c.Ping(ctx).Err(); err == nil {
+		// The first command after a reset may find its pooled connection
+		// closed; the next one dials again.
+		t.Log("the pool's connection survived the reset")
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("after the reset: %v", err)
 	}
 }

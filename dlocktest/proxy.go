@@ -1,0 +1,155 @@
+package dlocktest
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// A Proxy forwards TCP connections from a loopback port to a server and
+// injects network faults between them: added latency, a black hole (the
+// connection stays open but nothing gets through, as in a partition, until
+// it heals), and reset connections. Give clients Proxy.Addr instead of the
+// server's address. It is a small stand-in for toxiproxy that keeps
+// dlocktest free of dependencies.
+type Proxy struct {
+	target string
+	ln     net.Listener
+
+	mu      sync.Mutex
+	latency time.Duration
+	holed   bool
+	healed  chan struct{} // closed when a black hole ends
+	conns   map[net.Conn]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewProxy starts a proxy to target ("host:port") on a free loopback port.
+// The caller must call Close.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{})}
+	close(p.healed)
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr returns the proxy's address.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays everything that goes through the proxy, in both
+// directions, by d (0: none), from the next read on.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = d
+	p.mu.Unlock()
+}
+
+// BlackHole stops (on) or resumes (off) forwarding: connections are still
+// accepted and kept open, and what is sent is held until the hole closes,
+// as across a network partition that heals.
+func (p *Proxy) BlackHole(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && !p.holed:
+		p.holed = true
+		p.healed = make(chan struct{})
+	case !on && p.holed:
+		p.holed = false
+		close(p.healed)
+	}
+}
+
+// Reset closes every open connection with a TCP reset; new connections are
+// accepted as before.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	if p.holed {
+		p.holed = false
+		close(p.healed)
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.Reset()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = s.Close()
+			return
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.pipe(c, s)
+		go p.pipe(s, c)
+	}
+}
+
+// pipe copies from src to dst, through the faults, until either side
+// closes; then it closes both.
+func (p *Proxy) pipe(src, dst net.Conn) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, src)
+		delete(p.conns, dst)
+		p.mu.Unlock()
+		_ = src.Close()
+		_ = dst.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			latency, healed := p.latency, p.healed
+			p.mu.Unlock()
+			<-healed // a black hole holds the data
+			if latency > 0 {
+				time.Sleep(latency)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or a broken connection: both sides close
+		}
+	}
+}
