@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test demo bench redis vet fuzz
+.PHONY: all build test demo bench redis vet fuzz soak
 
 all: build
 
@@ -40,6 +40,17 @@ else
 	cd bench && $(GO) run ./cmd/dlockbench -out ../docs
 	$(GO) test -run '^$$' -bench AcquireRelease -benchmem .
 endif
+
+# The history checker (TestHistory) for DURATION on each topology (one Redis,
+# a 5-node Redlock) instead of make test's 30s: worker processes lock under a
+# seeded random schedule of faults; it prints a summary per topology
+# (acquisitions, faults by kind, violations: must be 0), also appended to
+# soak-summary.txt. SEED=N replays a schedule.
+DURATION ?= 10m
+soak: redis
+	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
+		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history_test|^(---|ok|FAIL)'
+	@cat soak-summary.txt
 
 # Each fuzz target for FUZZTIME (default 10s): the reply parsers, key names
 # and options, and the CLI's URL parsing. Inputs that fail are written to

@@ -23,6 +23,9 @@ var redisAddr = "127.0.0.1:6379"
 var redlockAddrs []string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("DLOCK_HISTORY_WORKER") == "1" {
+		os.Exit(historyWorker()) // a worker process of TestHistory
+	}
 	s, err := dlocktest.NewServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

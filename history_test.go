@@ -1,0 +1,593 @@
+package dlock_test
+
+// A history checker: worker processes take a lock under a seeded random
+// schedule of faults on real servers and record every critical section;
+// the checker verifies mutual exclusion, fence order, progress and that
+// nothing is left behind. `make test` runs a short version; `make soak
+// DURATION=10m` a long one (see TestHistory).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// A worker's record, one JSON line: a section begins (after Acquire
+// returned) or ends (before Release, or when Lost closed), or an attempt
+// ended (Acquire returned).
+type record struct {
+	W      int    `json:"w"`
+	Kind   string `json:"kind"` // "begin", "end", "attempt"
+	Fence  uint64 `json:"fence,omitempty"`
+	At     int64  `json:"at"`              // Unix ns, the machine's clock
+	Since  int64  `json:"since,omitempty"` // attempt: when Acquire was called
+	Lost   bool   `json:"lost,omitempty"`
+	Valid  int64  `json:"valid,omitempty"` // end: the lock's ValidUntil, Unix ns
+	Err    string `json:"err,omitempty"`
+	Closed bool   `json:"closed,omitempty"`
+}
+
+const (
+	historyKey     = "h"
+	historyAcquire = 3 * time.Second // each Acquire's context
+)
+
+// historyWorker is a worker process: it locks and unlocks until its stdin
+// closes, writing records to stdout.
+func historyWorker() int {
+	w, _ := strconv.Atoi(os.Getenv("DLOCK_HISTORY_W"))
+	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_HISTORY_TTL"))
+	var clients []redis.UniversalClient
+	for _, a := range strings.Split(os.Getenv("DLOCK_HISTORY_ADDRS"), ",") {
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
+	}
+	l, err := dlock.NewRedlock(clients)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex
+	emit := func(r record) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.W = w
+		_ = out.Encode(r)
+	}
+	rnd := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+	for {
+		select {
+		case <-stop:
+			l.Close()
+			for _, c := range clients {
+				c.Close()
+			}
+			return 0
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+		since := time.Now()
+		k, err := l.Acquire(ctx, historyKey, dlock.WithTTL(ttl))
+		cancel()
+		r := record{Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
+		if err != nil {
+			r.Err = errClass(err)
+			emit(r)
+			continue
+		}
+		emit(r)
+		emit(record{Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano()})
+		// The work: mostly short; one section in ten holds the lock for
+		// 0.5 to 2.5 TTLs, renewed, so that faults hit holders too.
+		work := time.Duration(rnd.IntN(20)) * time.Millisecond
+		if rnd.IntN(10) == 0 {
+			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))
+		}
+		lost := false
+		select {
+		case <-time.After(work):
+		case <-k.Lost():
+			lost = true
+		}
+		select {
+		case <-k.Lost():
+			lost = true
+		default:
+		}
+		now := time.Now()
+		valid := now.Add(time.Until(k.ValidUntil())) // on the wall clock
+		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: valid.UnixNano()})
+		_ = k.Release(context.Background())
+	}
+}
+
+func errClass(err error) string {
+	for _, c := range []error{dlock.ErrNotAcquired, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrClosed} {
+		if errors.Is(err, c) {
+			return c.Error()
+		}
+	}
+	return err.Error()
+}
+
+// fault is one fault the schedule injected.
+type fault struct {
+	kind       string
+	w, node    int // the worker or node it hit, or -1
+	start, end time.Time
+}
+
+// historyRun is one run of the checker.
+type historyRun struct {
+	t       *testing.T
+	seed    uint64
+	rnd     *rand.Rand
+	ttl     time.Duration
+	servers []*dlocktest.Server
+	dirs    []string
+	proxies [][]*dlocktest.Proxy // [worker][node]
+	workers []*historyProc
+
+	mu     sync.Mutex
+	faults []fault
+	recs   []record
+	paused map[int][]fault // by worker: SIGSTOPs
+	killed map[int][]time.Time
+}
+
+type historyProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+}
+
+// startWorker starts worker w (again, after a kill).
+func (h *historyRun) startWorker(w int) {
+	var addrs []string
+	for _, p := range h.proxies[w] {
+		addrs = append(addrs, p.Addr())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DLOCK_HISTORY_WORKER=1", "DLOCK_HISTORY_W="+strconv.Itoa(w),
+		"DLOCK_HISTORY_TTL="+h.ttl.String(), "DLOCK_HISTORY_ADDRS="+strings.Join(addrs, ","))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	p := &historyProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var r record
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				h.mu.Lock()
+				h.recs = append(h.recs, r)
+				h.mu.Unlock()
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	h.workers[w] = p
+}
+
+func (h *historyRun) logFault(f fault) {
+	h.mu.Lock()
+	h.faults = append(h.faults, f)
+	h.mu.Unlock()
+}
+
+// inject runs one fault, chosen and timed by the seeded generator, and
+// returns when it is over.
+func (h *historyRun) inject() {
+	n, nw := len(h.servers), len(h.workers)
+	w, node := h.rnd.IntN(nw), h.rnd.IntN(n)
+	d := time.Duration(200+h.rnd.IntN(2300)) * time.Millisecond
+	start := time.Now()
+	var kind string
+	switch h.rnd.IntN(10) {
+	case 0:
+		kind = "latency"
+		h.proxies[w][node].SetLatency(time.Duration(20+h.rnd.IntN(130)) * time.Millisecond)
+		time.Sleep(d)
+		h.proxies[w][node].SetLatency(0)
+	case 1:
+		kind = "latency spike over the TTL"
+		h.proxies[w][node].SetLatency(h.ttl * 3 / 2)
+		time.Sleep(h.ttl)
+		h.proxies[w][node].SetLatency(0)
+	case 2:
+		kind = "black hole"
+		h.proxies[w][node].BlackHole(true)
+		time.Sleep(d)
+		h.proxies[w][node].BlackHole(false)
+	case 3:
+		kind = "connections reset"
+		h.proxies[w][node].Reset()
+	case 4:
+		if n == 1 {
+			kind = "worker partitioned"
+		} else if h.rnd.IntN(2) == 0 {
+			kind = "worker partitioned from a minority"
+		} else {
+			kind = "worker partitioned from a majority"
+		}
+		size := n/2 + 1 // a majority; one node of one
+		if kind == "worker partitioned from a minority" {
+			size = n / 2
+		}
+		cut := h.rnd.Perm(n)[:size]
+		for _, i := range cut {
+			h.proxies[w][i].BlackHole(true)
+		}
+		time.Sleep(d)
+		for _, i := range cut {
+			h.proxies[w][i].BlackHole(false)
+		}
+	case 5:
+		kind = "redis-server frozen"
+		if d > h.ttl && h.rnd.IntN(2) == 0 {
+			kind = "redis-server frozen over the TTL"
+		}
+		_ = h.servers[node].Freeze()
+		time.Sleep(d)
+		_ = h.servers[node].Thaw()
+	case 6:
+		kind = "redis-server killed, restarted with its data"
+		_ = h.servers[node].Kill()
+		time.Sleep(d / 4)
+		h.restart(node, false)
+	case 7:
+		kind = "redis-server restarted empty after a TTL"
+		_ = h.servers[node].Kill()
+		time.Sleep(h.ttl + h.ttl/10)
+		h.restart(node, true)
+	case 8:
+		kind = "holder killed (SIGKILL)"
+		p := h.workers[w]
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		h.mu.Lock()
+		h.killed[w] = append(h.killed[w], time.Now())
+		h.mu.Unlock()
+		h.startWorker(w)
+	case 9:
+		kind = "holder paused (SIGSTOP) over its validity"
+		p := h.workers[w]
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(h.ttl * 3 / 2)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		h.mu.Lock()
+		h.paused[w] = append(h.paused[w], fault{start: start, end: time.Now()})
+		h.mu.Unlock()
+	}
+	h.logFault(fault{kind: kind, w: w, node: node, start: start, end: time.Now()})
+}
+
+// restart starts node i again on its port, with its data, or without.
+func (h *historyRun) restart(i int, empty bool) {
+	if empty {
+		entries, _ := os.ReadDir(h.dirs[i])
+		for _, e := range entries {
+			_ = os.RemoveAll(h.dirs[i] + "/" + e.Name())
+		}
+	}
+	for range 50 {
+		if err := h.servers[i].Restart(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.t.Errorf("node %d could not be restarted", i)
+}
+
+// TestHistory runs the history checker on one Redis and on a 5-node
+// Redlock, each for $DLOCK_HISTORY_DURATION (default 30s), with seed
+// $DLOCK_HISTORY_SEED (default random, printed).
+func TestHistory(t *testing.T) {
+	duration := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("DLOCK_HISTORY_DURATION")); err == nil {
+		duration = d
+	}
+	seed := rand.Uint64()
+	if s, err := strconv.ParseUint(os.Getenv("DLOCK_HISTORY_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	for _, nodes := range []int{1, 5} {
+		t.Run(fmt.Sprintf("%d node(s)", nodes), func(t *testing.T) {
+			runHistory(t, nodes, 4, duration, seed+uint64(nodes))
+		})
+	}
+}
+
+func runHistory(t *testing.T, nodes, workers int, duration time.Duration, seed uint64) {
+	t.Logf("seed %d (replay with DLOCK_HISTORY_SEED=%d, for %d node(s))", seed, seed-uint64(nodes), nodes)
+	h := &historyRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, 0)), ttl: time.Second,
+		paused: map[int][]fault{}, killed: map[int][]time.Time{}}
+	for range nodes {
+		dir := t.TempDir()
+		s := dlocktest.Start(t, dlocktest.WithArgs("--appendonly", "yes", "--appendfsync", "always", "--dir", dir))
+		h.servers, h.dirs = append(h.servers, s), append(h.dirs, dir)
+	}
+	h.proxies = make([][]*dlocktest.Proxy, workers)
+	for w := range h.proxies {
+		for _, s := range h.servers {
+			p, err := dlocktest.NewProxy(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			h.proxies[w] = append(h.proxies[w], p)
+		}
+	}
+	h.workers = make([]*historyProc, workers)
+	for w := range workers {
+		h.startWorker(w)
+	}
+	start := time.Now()
+	for time.Since(start) < duration {
+		h.inject()
+		time.Sleep(time.Duration(100+h.rnd.IntN(400)) * time.Millisecond)
+	}
+	// Stop: every worker finishes its section and exits.
+	for _, p := range h.workers {
+		p.stdin.Close()
+	}
+	for _, p := range h.workers {
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			t.Errorf("a worker did not stop within 30s")
+		}
+	}
+	stopped := time.Now()
+	// One TTL for the keys of killed holders, then nothing may be left.
+	time.Sleep(h.ttl + 200*time.Millisecond)
+	for i, s := range h.servers {
+		c := s.Client()
+		if n := c.Exists(context.Background(), "dlock:{"+historyKey+"}").Val(); n != 0 {
+			t.Errorf("node %d: the lock key is left %s after every worker stopped", i, time.Since(stopped).Round(time.Millisecond))
+		}
+		c.Close()
+	}
+	sum := h.check(t.Errorf)
+	t.Log(sum)
+	if path := os.Getenv("DLOCK_HISTORY_SUMMARY"); path != "" {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			fmt.Fprintf(f, "%d node(s), %s, seed %d: %s\n", nodes, duration, seed-uint64(nodes), sum)
+			f.Close()
+		}
+	}
+}
+
+// section is one holder's critical section.
+type section struct {
+	w          int
+	fence      uint64
+	start, end int64
+	lost       bool
+	late       bool // the worker saw the end after its validity (it was slow)
+}
+
+// check verifies the history, reporting each violation with errorf, and
+// returns a summary.
+func (h *historyRun) check(errorf func(format string, args ...any)) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var secs []section
+	open := map[int]*section{}
+	attempts, failures := 0, map[string]int{}
+	var longest time.Duration
+	for _, r := range h.recs {
+		switch r.Kind {
+		case "begin":
+			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At}
+		case "end":
+			if s := open[r.W]; s != nil {
+				// Ownership is guaranteed until ValidUntil; a worker that
+				// sees Lost later was slow (a pause), which the fences, not
+				// the lock, must cover.
+				s.end, s.lost = min(r.At, r.Valid), r.Lost
+				s.late = r.At > r.Valid
+				secs = append(secs, *s)
+				delete(open, r.W)
+			}
+		case "attempt":
+			attempts++
+			if r.Err != "" {
+				failures[r.Err]++
+			}
+			d := time.Duration(r.At - r.Since)
+			if d > historyAcquire+2*time.Second && !h.pausedDuring(r.W, r.Since, r.At) {
+				errorf("worker %d waited %s in an Acquire with a %s context", r.W, d, historyAcquire)
+			}
+			longest = max(longest, d)
+		}
+	}
+	// A section whose worker was killed ends at the kill.
+	for w, s := range open {
+		for _, k := range h.killed[w] {
+			if k.UnixNano() > s.start {
+				s.end = k.UnixNano()
+				secs = append(secs, *s)
+				break
+			}
+		}
+	}
+	sort.Slice(secs, func(i, j int) bool { return secs[i].start < secs[j].start })
+	violations := 0
+	fences := map[uint64]bool{}
+	lost, late := 0, 0
+	for i, s := range secs {
+		if s.lost {
+			lost++
+		}
+		if s.late {
+			late++
+		}
+		if fences[s.fence] {
+			violations++
+			errorf("fence %d issued twice", s.fence)
+		}
+		fences[s.fence] = true
+		if i == 0 {
+			continue
+		}
+		p := secs[i-1]
+		if s.fence <= p.fence {
+			violations++
+			errorf("fence %d (worker %d) after fence %d (worker %d)", s.fence, s.w, p.fence, p.w)
+		}
+		// Overlap: allowed only when the earlier holder was paused past
+		// its validity meanwhile (the fences then tell them apart).
+		for j := i - 1; j >= 0 && j >= i-8; j-- {
+			q := secs[j]
+			if q.end > s.start && !h.pausedDuring(q.w, s.start, q.end) {
+				violations++
+				errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
+					q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
+			}
+		}
+	}
+	// Progress: a gap between sections not explained by a fault (with a
+	// TTL and 2s to recover after it) is a waiter that was not woken.
+	worst := time.Duration(0)
+	for i := 1; i < len(secs); i++ {
+		gap := h.unexplained(secs[i-1].end, secs[i].start)
+		worst = max(worst, gap)
+		if gap > h.ttl+2*time.Second {
+			violations++
+			errorf("no holder for %s between fence %d and %d, with workers waiting and no fault to explain it", gap, secs[i-1].fence, secs[i].fence)
+		}
+	}
+	kinds := map[string]int{}
+	for _, f := range h.faults {
+		kinds[f.kind]++
+	}
+	var ks []string
+	for k, n := range kinds {
+		ks = append(ks, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(ks)
+	var fs []string
+	for k, n := range failures {
+		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
+	}
+	sort.Strings(fs)
+	return fmt.Sprintf("%d acquisitions (%d ended by Lost; %d seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
+		len(secs), lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
+		worst.Round(time.Millisecond), violations)
+}
+
+// pausedDuring reports whether worker w was paused at some time in [from, to].
+func (h *historyRun) pausedDuring(w int, from, to int64) bool {
+	for _, p := range h.paused[w] {
+		if p.start.UnixNano() <= to && p.end.UnixNano() >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// unexplained is the part of [from, to] that no fault, with a TTL and 2s of
+// recovery after it, covers.
+func (h *historyRun) unexplained(from, to int64) time.Duration {
+	if to <= from {
+		return 0
+	}
+	type span struct{ a, b int64 }
+	var cover []span
+	for _, f := range h.faults {
+		cover = append(cover, span{f.start.UnixNano(), f.end.Add(h.ttl + 2*time.Second).UnixNano()})
+	}
+	sort.Slice(cover, func(i, j int) bool { return cover[i].a < cover[j].a })
+	left, at := time.Duration(0), from
+	for _, c := range cover {
+		if c.b <= at || c.a >= to {
+			continue
+		}
+		if c.a > at {
+			left += time.Duration(c.a - at)
+		}
+		at = max(at, c.b)
+		if at >= to {
+			return left
+		}
+	}
+	return left + time.Duration(to-at)
+}
+
+// TestHistoryChecker: the checker finds what it is for, in made-up
+// histories: an overlap, a fence that goes backwards or repeats, a gap with
+// no fault to explain it; and accepts a paused holder's overlap.
+func TestHistoryChecker(t *testing.T) {
+	base := time.Now()
+	at := func(ms int) int64 { return base.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	sec := func(w int, fence uint64, from, to int) []record {
+		return []record{{W: w, Kind: "begin", Fence: fence, At: at(from)}, {W: w, Kind: "end", Fence: fence, At: at(to), Valid: at(to + 1000)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		recs   [][]record
+		paused map[int][]fault
+		want   int // violations
+	}{
+		{"clean", [][]record{sec(0, 1, 0, 10), sec(1, 2, 20, 30), sec(0, 3, 40, 50)}, nil, 0},
+		{"overlap", [][]record{sec(0, 1, 0, 30), sec(1, 2, 20, 40)}, nil, 1},
+		{"fence backwards", [][]record{sec(0, 5, 0, 10), sec(1, 4, 20, 30)}, nil, 1},
+		{"fence twice", [][]record{sec(0, 5, 0, 10), sec(1, 5, 20, 30)}, nil, 2}, // twice, and not increasing
+		{"gap", [][]record{sec(0, 1, 0, 10), sec(1, 2, 5000, 5010)}, nil, 1},
+		{"paused holder", [][]record{sec(0, 1, 0, 3000), sec(1, 2, 2000, 2010)},
+			map[int][]fault{0: {{start: base.Add(100 * time.Millisecond), end: base.Add(2500 * time.Millisecond)}}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &historyRun{t: t, ttl: time.Second, paused: tc.paused, killed: map[int][]time.Time{}}
+			if h.paused == nil {
+				h.paused = map[int][]fault{}
+			}
+			for _, rs := range tc.recs {
+				h.recs = append(h.recs, rs...)
+			}
+			var found []string
+			sum := h.check(func(format string, args ...any) { found = append(found, fmt.Sprintf(format, args...)) })
+			t.Log(found)
+			if want := fmt.Sprintf("violations %d", tc.want); !strings.HasSuffix(sum, want) {
+				t.Errorf("%s: want %s", sum, want)
+			}
+		})
+	}
+}
