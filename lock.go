@@ -171,9 +171,11 @@ func (k *Lock) ValidUntil() time.Time {
 // TTL may or may not have been applied: the command may still run in Redis,
 // even after later ones. Extend then assumes the worst. A longer TTL changes
 // nothing (the lock is held until its current validity runs out, as
-// before). A shorter TTL caps the lock's validity for good at what that TTL
-// gives from the start of the call: renewals no longer lengthen it, and Lost
-// closes before then.
+// before). A shorter TTL caps the lock's validity on that node at what that
+// TTL gives from the start of the call, and Lost closes before then, unless
+// the node has meanwhile answered every command sent to it and confirmed a
+// later one (with go-redis' default client the late answer usually comes;
+// with ContextTimeoutEnabled it does not, and the lock ends at the cap).
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil {
 		return fmt.Errorf("%w: Extend on a nil *Lock", ErrNotHeld)
