@@ -456,8 +456,8 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		if s.lost {
 			lost++
 		}
-		if s.late {
-			late++
+		if s.late && !h.pausedDuring(s.w, s.start, s.end) {
+			late++ // not paused by the test: the worker was slow
 		}
 		if fences[s.fence] {
 			violations++
@@ -508,7 +508,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d ended by Lost; %d seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
+	return fmt.Sprintf("%d acquisitions (%d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
 		len(secs), lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
 		worst.Round(time.Millisecond), violations)
 }
