@@ -39,17 +39,7 @@ func docRow(t *testing.T, path, id string) string {
 // the error its row says, of the class its row says.
 func TestBadInputs(t *testing.T) {
 	plain := dlocktest.Start(t)
-	secured := dlocktest.Start(t, dlocktest.WithArgs("--requirepass", "secret"))
-	admin := redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "secret"})
-	defer admin.Close()
-	for _, acl := range [][]any{
-		{"ACL", "SETUSER", "nokeys", "on", ">pw", "~other:*", "&*", "+@all"},
-		{"ACL", "SETUSER", "nochannels", "on", ">pw", "~dlock:*", "resetchannels", "+@all"},
-	} {
-		if err := admin.Do(ctx(t), acl...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	secured, admin := securedServer(t)
 	files, err := dlocktest.NewTLSFiles(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

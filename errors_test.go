@@ -32,14 +32,15 @@ func isClass(t *testing.T, what string, err, want error) {
 	}
 }
 
-// TestErrorClasses: each misconfiguration a user can make, on a real server,
-// gets ErrMisconfigured at once, also from Acquire with a context that would
-// wait long; unreachable nodes get ErrUnavailable; a busy lock ErrNotAcquired.
-func TestErrorClasses(t *testing.T) {
-	plain := dlocktest.Start(t)
-	secured := dlocktest.Start(t, dlocktest.WithArgs("--requirepass", "secret"))
-	admin := redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "secret"})
-	defer admin.Close()
+// securedServer starts a server that requires the password "secret", with
+// two ACL users with password "pw": "nokeys", without dlock's keys, and
+// "nochannels", without its channels. It returns the server and a client of
+// the default user, both stopped in the test's Cleanup.
+func securedServer(t *testing.T) (*dlocktest.Server, *redis.Client) {
+	t.Helper()
+	s := dlocktest.Start(t, dlocktest.WithArgs("--requirepass", "secret"))
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: "secret"})
+	t.Cleanup(func() { admin.Close() })
 	for _, acl := range [][]any{
 		{"ACL", "SETUSER", "nokeys", "on", ">pw", "~other:*", "&*", "+@all"},
 		{"ACL", "SETUSER", "nochannels", "on", ">pw", "~dlock:*", "resetchannels", "+@all"},
@@ -48,6 +49,15 @@ func TestErrorClasses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return s, admin
+}
+
+// TestErrorClasses: each misconfiguration a user can make, on a real server,
+// gets ErrMisconfigured at once, also from Acquire with a context that would
+// wait long; unreachable nodes get ErrUnavailable; a busy lock ErrNotAcquired.
+func TestErrorClasses(t *testing.T) {
+	plain := dlocktest.Start(t)
+	secured, admin := securedServer(t)
 	cluster := dlocktest.StartCluster(t, 3)
 	dead := dlocktest.Start(t)
 	dead.Kill()

@@ -469,7 +469,12 @@ func TestRingRefused(t *testing.T) {
 // renewalSent returns a client for s whose channel is signalled when a
 // script call is sent after arm() was called.
 func renewalSent(t *testing.T, s *dlocktest.Server) (*redis.Client, func(), <-chan struct{}) {
-	c := s.Client()
+	return renewalSentOpts(t, &redis.Options{Addr: s.Addr()})
+}
+
+// renewalSentOpts is renewalSent for a client with the given options.
+func renewalSentOpts(t *testing.T, opts *redis.Options) (*redis.Client, func(), <-chan struct{}) {
+	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	var armed atomic.Bool
 	ch := make(chan struct{}, 1)
@@ -524,25 +529,40 @@ func TestExtendHonoursCtx(t *testing.T) {
 
 // Item 9: Close does not wait for a renewal stuck on a frozen node.
 func TestCloseDuringStuckRenewal(t *testing.T) {
-	s := dlocktest.Start(t)
-	c, arm, renewing := renewalSent(t, s)
-	l := dlock.New(c, dlock.WithNodeTimeout(200*time.Millisecond))
-	k, err := l.Acquire(ctx(t), "stuck", dlock.WithTTL(6*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	freeze(t, s)
-	arm()
-	<-renewing
-	start := time.Now()
-	l.Close()
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("Close took %s with a renewal stuck on a frozen node", el)
-	}
-	select {
-	case <-k.Lost():
-	default:
-		t.Error("Close returned with the lock's Lost open")
+	for _, tc := range []struct {
+		name string
+		opts func(addr string) *redis.Options
+	}{
+		{"default client", func(addr string) *redis.Options { return &redis.Options{Addr: addr} }},
+		// Found in review: with a ContextTimeoutEnabled client, a renewal
+		// waiting for a frozen node ran inline and ignored Close's
+		// cancellation.
+		{"ContextTimeoutEnabled", func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, ContextTimeoutEnabled: true, ReadTimeout: -1}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := dlocktest.Start(t)
+			c, arm, renewing := renewalSentOpts(t, tc.opts(s.Addr()))
+			l := dlock.New(c, dlock.WithNodeTimeout(200*time.Millisecond))
+			k, err := l.Acquire(ctx(t), "stuck", dlock.WithTTL(6*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			freeze(t, s)
+			arm()
+			<-renewing
+			start := time.Now()
+			l.Close()
+			if el := time.Since(start); el > 2*time.Second {
+				t.Errorf("Close took %s with a renewal stuck on a frozen node", el)
+			}
+			select {
+			case <-k.Lost():
+			default:
+				t.Error("Close returned with the lock's Lost open")
+			}
+		})
 	}
 }
 
@@ -921,35 +941,6 @@ func TestRetriedAcquireEndingInPoolTimeoutCleanedUp(t *testing.T) {
 	defer admin.Close()
 	waitFor(t, func() bool { return admin.Exists(ctx(t), "dlock:{late}").Val() == 0 },
 		"the key of the retried acquisition to be cleaned up")
-}
-
-// Found in review: with a ContextTimeoutEnabled client, a renewal waiting
-// for a frozen node ran inline and ignored Close's cancellation.
-func TestCloseDuringStuckRenewalCtxClient(t *testing.T) {
-	s := dlocktest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1})
-	defer c.Close()
-	var armed atomic.Bool
-	renewing := make(chan struct{}, 1)
-	c.AddHook(scriptSignal{armed: &armed, ch: renewing})
-	l := dlock.New(c, dlock.WithNodeTimeout(200*time.Millisecond))
-	k, err := l.Acquire(ctx(t), "stuck", dlock.WithTTL(6*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	freeze(t, s)
-	armed.Store(true)
-	<-renewing
-	start := time.Now()
-	l.Close()
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("Close took %s with a renewal stuck on a frozen node", el)
-	}
-	select {
-	case <-k.Lost():
-	default:
-		t.Error("Close returned with the lock's Lost open")
-	}
 }
 
 // Found in review: Status and ForceRelease ignored a refused prefix and acted
