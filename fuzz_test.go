@@ -95,7 +95,7 @@ func FuzzNames(f *testing.F) {
 		}
 		n := l.names(key)
 		slot := hashSlot(n.lock)
-		for _, k := range append(append([]string{n.fence, n.waiters, n.leases, n.meta}, n.acquireKeys...), n.releaseKeys...) {
+		for _, k := range append(append([]string{n.fence, n.waiters, n.leases, n.meta}, n.acquireKeys[:]...), n.releaseKeys[:]...) {
 			if hashSlot(k) != slot {
 				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.lock, slot)
 			}

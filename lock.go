@@ -308,7 +308,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, i int) (int64, error) {
-			v, err := l.runScript(ctx, node(i), timeout, extendScript, k.names.extendKeys, k.token, ttlMS, regain, k.metadata)
+			v, err := l.runScript(ctx, node(i), timeout, extendScript, k.names.extendKeys[:], k.token, ttlMS, regain, k.metadata)
 			if err != nil {
 				return 0, err
 			}
@@ -726,7 +726,13 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			return len(rs)+suspects >= n
 		}, nil)
 	o := l.ownerChecked(results, missing)
-	answered := make([]bool, n)
+	var ansBuf [8]bool // on the stack for up to 8 nodes
+	answered := ansBuf[:0]
+	if n <= len(ansBuf) {
+		answered = ansBuf[:n]
+	} else {
+		answered = make([]bool, n)
+	}
 	for _, r := range results {
 		answered[r.Node] = r.Err == nil
 	}

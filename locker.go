@@ -264,8 +264,11 @@ func (l *Locker) isClosed() bool {
 // so that every script touches one Cluster slot.
 type names struct {
 	lock, fence, waiters, leases, meta string
-	// The KEYS of acquire.lua, release.lua and extend.lua.
-	acquireKeys, releaseKeys, extendKeys []string
+	// The KEYS of acquire.lua, release.lua and extend.lua (arrays: they
+	// cost no allocation of their own).
+	acquireKeys [5]string
+	releaseKeys [4]string
+	extendKeys  [2]string
 }
 
 // tagEscape starts the hash tag of a key that begins with '}' or with
@@ -282,23 +285,24 @@ func (l *Locker) names(key string) *names {
 	if key[0] == '}' || key[0] == tagEscape[0] {
 		tag = tagEscape + key
 	}
-	// One string holds all four names, which are slices of it: a lock's
-	// names cost one allocation, not four.
-	lock := l.cfg.prefix + "{" + tag + "}"
-	all := lock + ":fence" + lock + ":waiters" + lock + ":wexp" + lock + ":meta"
-	w := len(lock) + len(":fence")       // where the waiters' name starts
-	e := w + len(lock) + len(":waiters") // where the leases' name starts
-	m := e + len(lock) + len(":wexp")    // where the metadata's name starts
+	// One string holds all the names, which are slices of it: a lock's
+	// names cost one allocation (a concatenation of many strings is one).
+	p := l.cfg.prefix
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta"
+	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
+	w := lock + len(":fence")       // where the waiters' name starts
+	e := w + lock + len(":waiters") // where the leases' name starts
+	m := e + lock + len(":wexp")    // where the metadata's name starts
 	n := &names{
-		lock:    all[:len(lock)],
+		lock:    all[:lock],
 		fence:   all[:w],
 		waiters: all[w:e],
 		leases:  all[e:m],
 		meta:    all[m:],
 	}
-	n.acquireKeys = []string{n.lock, n.fence, n.waiters, n.leases, n.meta}
-	n.releaseKeys = []string{n.lock, n.waiters, n.leases, n.meta}
-	n.extendKeys = []string{n.lock, n.meta}
+	n.acquireKeys = [5]string{n.lock, n.fence, n.waiters, n.leases, n.meta}
+	n.releaseKeys = [4]string{n.lock, n.waiters, n.leases, n.meta}
+	n.extendKeys = [2]string{n.lock, n.meta}
 	return n
 }
 
@@ -386,6 +390,22 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}
 	if l.isClosed() {
 		return nil, closedErr(key)
+	}
+	// The uncontended path: in a Locker that has never had to wait, with
+	// no goroutine of it waiting for the key, a first attempt needs none of
+	// the waiting machinery (it could not register as a waiter anyway: the
+	// inbox is not subscribed yet). If it fails, the wait below starts
+	// afresh, in the local queue (its answer may be stale by the time this
+	// goroutine is at the head of it): one more round trip, the first time
+	// a Locker waits.
+	if l.neverWaited(key) {
+		k, res := l.attempt(ctx, key, cfg, nil, nil)
+		if k != nil {
+			return k, nil
+		}
+		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed {
+			return nil, res.err(key, ctx)
+		}
 	}
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
@@ -491,6 +511,26 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 			return nil, closedErr(key)
 		}
 	}
+}
+
+// neverWaited reports whether no goroutine of the Locker waits for key and
+// the Locker's inbox has not been subscribed on any node.
+func (l *Locker) neverWaited(key string) bool {
+	l.mu.Lock()
+	_, waiting := l.keys[key]
+	l.mu.Unlock()
+	if waiting {
+		return false
+	}
+	for _, s := range l.subs {
+		s.mu.Lock()
+		started := s.ps != nil
+		s.mu.Unlock()
+		if started {
+			return false
+		}
+	}
+	return true
 }
 
 func allTrue(bs []bool) bool {
@@ -735,7 +775,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			if regs != nil {
 				reg = regs[i]
 			}
-			v, err := l.runScript(ctx, i, timeout, acquireScript, nm.acquireKeys,
+			v, err := l.runScript(ctx, i, timeout, acquireScript, nm.acquireKeys[:],
 				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg, cfg.metadata)
 			if err != nil {
 				return acquireReply{}, err
@@ -760,8 +800,15 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	var fence uint64
 	var grantedNodes []int
 	// effects: what each node's answer (or its absence) shows.
-	effects := make([]effect, n)
-	answered := make([]bool, n)
+	// On the stack for up to 8 nodes.
+	var effBuf [8]effect
+	var ansBuf [8]bool
+	effects, answered := effBuf[:0], ansBuf[:0]
+	if n <= len(effBuf) {
+		effects, answered = effBuf[:n], ansBuf[:n]
+	} else {
+		effects, answered = make([]effect, n), make([]bool, n)
+	}
 	for i := range effects {
 		effects[i] = effUnknown
 	}
@@ -924,7 +971,7 @@ func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, lea
 	if wake {
 		w = "1"
 	}
-	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys,
+	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys[:],
 		expected, l.inboxes, l.reserveArg, leaving, w).Int64()
 }
 

@@ -60,8 +60,7 @@ const reloadEvery = 100 * time.Millisecond
 // of Redis (a network error, no answer): a Cluster client is made to reload
 // its slots, in case a master failed over.
 func (n *Node) failed(err error) {
-	var rerr redis.Error
-	if n.reload == nil || err == nil || errors.As(err, &rerr) {
+	if n.reload == nil || err == nil || isReply(err) {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -122,6 +121,13 @@ func (n *Node) answered(err error) {
 
 // Inline reports whether a call with this timeout runs inline (see Call).
 func (n *Node) Inline(timeout time.Duration) bool { return n.HonoursCtx && timeout <= MaxInline }
+
+// isReply reports whether err is an error reply of Redis. (Apart, so that
+// the target of errors.As is allocated only when there is an error.)
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
 
 // NewNode describes client, deriving its address and whether it applies
 // context deadlines from its options.
