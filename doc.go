@@ -192,6 +192,11 @@
 //     failover (see Fencing) as long as the servers' clocks do not step
 //     back, and, over a quorum, the nodes' clocks agree within the time the
 //     node stayed out.
+//   - On a Redis Cluster, the message that wakes a waiter travels over the
+//     cluster bus, from the node of the lock to the node of the waiter's
+//     subscription; Redis drops a bus link that stalls for half the node
+//     timeout, and the messages on it. A waiter whose wake-up was lost
+//     wakes on the holder's TTL or on its fallback timer (seconds).
 //   - A waiter woken by a release that dies before taking the lock leaves it
 //     reserved for a moment (100ms on one Redis); the waiter after it stands
 //     in for it after that. If both die, the others wake on their fallback

@@ -454,7 +454,11 @@ func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
 		return nil, fmt.Errorf("dlocktest: a cluster needs at least one master, got %d (and %d replicas each)", n, replicas)
 	}
 	c := &Cluster{}
-	timeout := "2000"
+	// A replica takes over within a few node timeouts; without replicas a
+	// long timeout keeps the cluster bus links up on a loaded machine
+	// (Redis drops a link that stalls for half of it, and with it the
+	// pub/sub messages it was to carry).
+	timeout := "5000"
 	if replicas > 0 {
 		timeout = "1000"
 	}
