@@ -52,6 +52,7 @@ func TestBadInputs(t *testing.T) {
 	pc.HSet(ctx(t), "dlock:{hash}", "field", "value")
 	pc.Set(ctx(t), "dlock:{badfence}:fence", "not a number", 0)
 	pc.Set(ctx(t), "dlock:{badmeta}:meta", "a string", 0)
+	pc.Set(ctx(t), "dlock:{foreign}", "another program's value", 0)
 	good := newLocker(t, pc)
 	held, err := good.TryAcquire(ctx(t), "held")
 	if err != nil {
@@ -128,6 +129,7 @@ func TestBadInputs(t *testing.T) {
 		{"L26", func() error { return try(good, "held") }, dlock.ErrNotAcquired, "is held by another owner"},
 		{"L27", func() error { _, err := good.Acquire(ended, "k"); return err }, dlock.ErrNotAcquired, "context canceled"},
 		{"L28", func() error { return try(closed, "k") }, dlock.ErrClosed, "locker closed"},
+		{"L29", func() error { return try(good, "foreign") }, dlock.ErrMisconfigured, "holds a value without expiry, which dlock did not write"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			err := tc.err()

@@ -128,8 +128,10 @@ func permanent(err error) bool {
 	return errors.As(err, &op) && op.Op == "remote error"
 }
 
-// replyError is a reply of a shape dlock does not expect: not Redis, or not
-// dlock's scripts (another program's value at a lock key, a proxy).
+// replyError is a reply dlock cannot use: of a shape it does not expect (not
+// Redis, or not dlock's scripts: another program's value at a lock key, a
+// proxy), or WAIT refused after a script ran. It is permanent, and, not
+// being an error reply of Redis, does not say that nothing was written.
 type replyError struct{ msg string }
 
 func (e *replyError) Error() string { return e.msg }

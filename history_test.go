@@ -118,10 +118,19 @@ func historyWorker() int {
 		default:
 		}
 		now := time.Now()
-		valid := now.Add(time.Until(k.ValidUntil())) // on the wall clock
-		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: valid.UnixNano()})
+		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil())})
 		_ = k.Release(context.Background())
 	}
+}
+
+// recordedValid is a lock's ValidUntil on the wall clock, as a worker records
+// it at now. A lock that a quorum said is no longer ours has no validity
+// left (the zero time): its section ends when its worker saw that.
+func recordedValid(now, validUntil time.Time) int64 {
+	if validUntil.IsZero() {
+		return now.UnixNano()
+	}
+	return now.Add(time.Until(validUntil)).UnixNano()
 }
 
 func errClass(err error) string {
@@ -415,6 +424,17 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	for _, r := range h.recs {
 		switch r.Kind {
 		case "begin":
+			if s := open[r.W]; s != nil {
+				// The worker began again without ending: it was killed
+				// (and started anew); its section ended at the kill.
+				if k, ok := h.killedAfter(r.W, s.start); ok && k <= r.At {
+					s.end = k
+				} else {
+					errorf("worker %d began fence %d without ending fence %d, and was not killed in between", r.W, r.Fence, s.fence)
+					s.end = r.At
+				}
+				secs = append(secs, *s)
+			}
 			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At}
 		case "end":
 			if s := open[r.W]; s != nil {
@@ -440,12 +460,9 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	}
 	// A section whose worker was killed ends at the kill.
 	for w, s := range open {
-		for _, k := range h.killed[w] {
-			if k.UnixNano() > s.start {
-				s.end = k.UnixNano()
-				secs = append(secs, *s)
-				break
-			}
+		if k, ok := h.killedAfter(w, s.start); ok {
+			s.end = k
+			secs = append(secs, *s)
 		}
 	}
 	sort.Slice(secs, func(i, j int) bool { return secs[i].start < secs[j].start })
@@ -472,11 +489,12 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 			violations++
 			errorf("fence %d (worker %d) after fence %d (worker %d)", s.fence, s.w, p.fence, p.w)
 		}
-		// Overlap: allowed only when the earlier holder was paused past
-		// its validity meanwhile (the fences then tell them apart).
+		// Overlap: allowed only when the earlier holder was paused when
+		// the later one began (a paused process cannot be excluded; the
+		// fences then tell them apart).
 		for j := i - 1; j >= 0 && j >= i-8; j-- {
 			q := secs[j]
-			if q.end > s.start && !h.pausedDuring(q.w, s.start, q.end) {
+			if q.end > s.start && !h.pausedDuring(q.w, s.start, s.start) {
 				violations++
 				errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
 					q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
@@ -511,6 +529,16 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	return fmt.Sprintf("%d acquisitions (%d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
 		len(secs), lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
 		worst.Round(time.Millisecond), violations)
+}
+
+// killedAfter returns the first time worker w was killed after from.
+func (h *historyRun) killedAfter(w int, from int64) (int64, bool) {
+	for _, k := range h.killed[w] {
+		if k.UnixNano() > from {
+			return k.UnixNano(), true
+		}
+	}
+	return 0, false
 }
 
 // pausedDuring reports whether worker w was paused at some time in [from, to].

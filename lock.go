@@ -152,9 +152,10 @@ func (k *Lock) Fence() uint64 { return k.fence }
 func (k *Lock) Lost() <-chan struct{} { return k.lostCh }
 
 // ValidUntil returns the time until which ownership is guaranteed by the last
-// confirmed acquisition or renewal (on the monotonic clock). Lost closes
-// shortly before it (by TTL/20, at most 50ms, a margin for scheduling delays)
-// unless a renewal is confirmed first.
+// confirmed acquisition or renewal (on the monotonic clock), or the zero time
+// once a quorum of nodes said the lock is no longer ours. Lost closes shortly
+// before it (by TTL/20, at most 50ms, a margin for scheduling delays) unless
+// a renewal is confirmed first.
 func (k *Lock) ValidUntil() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()

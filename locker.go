@@ -822,6 +822,14 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			res.ok++
 			grantedNodes = append(grantedNodes, r.Node)
 			fence = max(fence, r.Val.fence)
+		case r.Val.pttl == -1:
+			// A value without expiry: not written by dlock, which always
+			// sets one. Another program uses the key: waiting will not
+			// free it.
+			res.failed(l, r.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.lock))
+			if ks != nil {
+				ks.registered(r.Node, regs[r.Node], r.Val.pos) // to remove it when leaving
+			}
 		default:
 			res.refused++
 			// The holder's remaining TTL times the wait (0: it expires
@@ -1010,12 +1018,39 @@ func (l *Locker) runScript(ctx context.Context, i int, timeout time.Duration, s 
 	}
 	v, err := cmd.Result()
 	if err != nil {
-		return nil, err
+		return nil, movedIsTransient(c, err)
 	}
-	if n, err := wait.Int64(); err != nil || n < int64(l.cfg.replicaAck) {
+	n, err := wait.Int64()
+	switch {
+	case err != nil && isReplyErr(err):
+		// WAIT refused (an ACL without +wait): permanent, not a lag. The
+		// script did write: the error must not pass for a reply that
+		// wrote nothing, so that the grant is cleaned up.
+		return nil, badReply("WAIT refused after the script ran: %s", err.Error())
+	case err != nil || n < int64(l.cfg.replicaAck):
 		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
 	}
 	return v, nil
+}
+
+// movedIsTransient turns a MOVED or ASK that a Cluster node answered to a
+// command sent straight to it (WithReplicaAck pipelines on the key's master
+// as go-redis last knew it) into a transient error, and has the client
+// reload its slots: the slot moved (a failover), and the next attempt goes
+// to the new master.
+func movedIsTransient(c redis.UniversalClient, err error) error {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok || !(redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		return err
+	}
+	cc.ReloadState(context.Background())
+	return fmt.Errorf("the slot moved (%s); the cluster's slots are being reloaded", err.Error())
+}
+
+// isReplyErr reports whether err is an error reply of Redis.
+func isReplyErr(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // inboxPrefix is the prefix of every Locker's inbox channel.

@@ -46,6 +46,19 @@
 --
 -- A value "~WAITER" is a reservation made by release.lua: only that waiter
 -- may take the lock until the reservation's short TTL runs out.
+-- A waiting set, waiter leases or metadata of another type (keys another
+-- program wrote) would make a write fail after others: refuse first.
+local function wrongType(k, want)
+  local t = redis.call('TYPE', k)['ok']
+  return t ~= 'none' and t ~= want
+end
+local function refuseWrongTypes(waiters, meta)
+  if (waiters and (wrongType(KEYS[3], 'zset') or wrongType(KEYS[4], 'hash'))) or (meta and wrongType(KEYS[5], 'hash')) then
+    return redis.error_reply('WRONGTYPE dlock: a waiting set, lease or metadata key of ' .. KEYS[1] .. ' holds another type')
+  end
+  return false
+end
+
 local v = redis.call('GET', KEYS[1])
 local waiter = ARGV[3]
 if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
@@ -60,8 +73,11 @@ if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
       return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
     end
   end
+  local refused = refuseWrongTypes(ARGV[6] == '1', ARGV[9] ~= '')
+  if refused then
+    return refused
+  end
   if ARGV[9] ~= '' then
-    -- The first write: it fails on a key of another type.
     redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
   end
@@ -103,6 +119,10 @@ if waiter ~= '' then
     write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
   end
   if write then
+    local refused = refuseWrongTypes(true, false)
+    if refused then
+      return refused
+    end
     local t = redis.call('TIME')
     if pos == '0' then
       -- Queue position: server time in microseconds at first registration.

@@ -326,8 +326,9 @@ func (r *redisFlags) open() (*target, error) {
 			t.tlsWithoutCert = true
 		}
 		if opt.TLSConfig != nil && tlsCfg != nil {
+			// No ServerName: each dial checks the host it dials (also an
+			// IPv6 address, a Cluster node, a master found by Sentinel).
 			opt.TLSConfig = tlsCfg.Clone()
-			opt.TLSConfig.ServerName, _, _ = strings.Cut(opt.Addr, ":")
 		} else if tlsCfg != nil {
 			return nil, fmt.Errorf("Redis URL %s: the --tls-* flags need a rediss:// URL", name)
 		}

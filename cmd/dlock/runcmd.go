@@ -128,12 +128,14 @@ func (c *cli) run(ctx context.Context, args []string) int {
 }
 
 // defaultMetadata says who holds a lock taken by dlock run: the host, the
-// process id of dlock, and the command, cut to fit dlock.MaxMetadata.
+// process id of dlock, and the command's name (not its arguments, which may
+// hold secrets: --metadata says more), cut to fit dlock.MaxMetadata on a
+// character boundary.
 func defaultMetadata(argv []string) string {
 	host, _ := os.Hostname()
-	s := fmt.Sprintf("host=%s pid=%d cmd=%s", host, os.Getpid(), strings.Join(argv, " "))
+	s := fmt.Sprintf("host=%s pid=%d cmd=%s", host, os.Getpid(), argv[0])
 	if len(s) > dlock.MaxMetadata {
-		s = s[:dlock.MaxMetadata-3] + "..."
+		s = strings.ToValidUTF8(s[:dlock.MaxMetadata-3], "") + "..."
 	}
 	return s
 }
@@ -294,6 +296,12 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 	var killAt time.Time
 	terminate := func(at time.Time) {
 		_ = syscall.Kill(target, syscall.SIGTERM)
+		if interactive {
+			// The whole job, so that what the command started stops too
+			// (dlock gets it as well, and forwards it once more to the
+			// command); SIGKILL, below, reaches the command only.
+			_ = syscall.Kill(0, syscall.SIGTERM)
+		}
 		if !killAt.IsZero() && !at.Before(killAt) {
 			return
 		}
@@ -365,6 +373,8 @@ loop:
 	// The leader has exited; what is left of its group runs without the
 	// lock once it is released.
 	switch {
+	case interactive && lost:
+		_ = syscall.Kill(0, syscall.SIGTERM) // the job, what is left of it
 	case interactive:
 	case lost:
 		_ = syscall.Kill(target, syscall.SIGKILL)

@@ -218,3 +218,75 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestInteractiveLostStopsTheJob: the same as
+// TestRunLockLostKillsProcessGroup, with a terminal on stdin (interactive
+// mode: the command shares dlock's process group, and only the command's
+// own pid is signalled). After the lock is lost and dlock exits 76, the
+// command's background child is still running without the lock.
+func TestInteractiveLostStopsTheJob(t *testing.T) {
+	s := dlocktest.Start(t)
+	master, slave := openPTY(t)
+	defer master.Close()
+	defer slave.Close()
+	var outMu sync.Mutex
+	var out strings.Builder
+	go func() { // drain the terminal
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			outMu.Lock()
+			out.Write(buf[:n])
+			outMu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { outMu.Lock(); t.Logf("terminal: %q", out.String()); outMu.Unlock() }()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--ttl", "1s", "--kill-grace", "2s", "job", "--",
+		"sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, for clean-up by the test
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var sleepPid int
+	deadline := time.Now().Add(10 * time.Second)
+	for sleepPid == 0 && time.Now().Before(deadline) {
+		b, _ := os.ReadFile(pidFile)
+		sleepPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sleepPid == 0 {
+		t.Fatal("no grandchild")
+	}
+	defer syscall.Kill(sleepPid, syscall.SIGKILL) // the grandchild this test started
+	n, err := newLocker(t, s).ForceRelease(context.Background(), "job")
+	if err != nil || n != 1 {
+		t.Fatalf("ForceRelease: %d, %v", n, err)
+	}
+	_ = cmd.Wait()
+	code := cmd.ProcessState.ExitCode()
+	time.Sleep(200 * time.Millisecond)
+	alive := running(sleepPid)
+	t.Logf("dlock exited %d; grandchild %d alive: %v", code, sleepPid, alive)
+	if code != exitLockLost {
+		t.Errorf("exit %d, want %d", code, exitLockLost)
+	}
+	if alive {
+		t.Errorf("the command's child (pid %d) still runs after dlock reported the lock lost and exited", sleepPid)
+	}
+}
+
+// running reports whether pid runs: exists and is not a zombie (an orphan
+// that was killed may wait a while for its reaping).
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}

@@ -105,7 +105,8 @@ Flags:
         never past the moment the lock could expire.
     --metadata TEXT
         Who holds the lock, shown by dlock status (at most 1024 bytes;
-        default "host=HOST pid=PID cmd=COMMAND").
+        default "host=HOST pid=PID cmd=COMMAND", the command's name without
+        its arguments, which may hold secrets).
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
