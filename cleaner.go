@@ -238,8 +238,7 @@ func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
 // tell: an earlier try may have been sent, and time out, so with retries
 // every other failure counts.
 func mayHaveRun(n *quorum.Node, err error) bool {
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	if quorum.IsReply(err) {
 		return false
 	}
 	if !n.NoRetries {

@@ -1022,7 +1022,7 @@ func (l *Locker) runScript(ctx context.Context, i int, timeout time.Duration, s 
 	}
 	n, err := wait.Int64()
 	switch {
-	case err != nil && isReplyErr(err):
+	case err != nil && quorum.IsReply(err):
 		// WAIT refused (an ACL without +wait): permanent, not a lag. The
 		// script did write: the error must not pass for a reply that
 		// wrote nothing, so that the grant is cleaned up.
@@ -1045,12 +1045,6 @@ func movedIsTransient(c redis.UniversalClient, err error) error {
 	}
 	cc.ReloadState(context.Background())
 	return fmt.Errorf("the slot moved (%s); the cluster's slots are being reloaded", err.Error())
-}
-
-// isReplyErr reports whether err is an error reply of Redis.
-func isReplyErr(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
 }
 
 // inboxPrefix is the prefix of every Locker's inbox channel.

@@ -60,7 +60,7 @@ const reloadEvery = 100 * time.Millisecond
 // of Redis (a network error, no answer): a Cluster client is made to reload
 // its slots, in case a master failed over.
 func (n *Node) failed(err error) {
-	if n.reload == nil || err == nil || isReply(err) {
+	if n.reload == nil || err == nil || IsReply(err) {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -122,9 +122,10 @@ func (n *Node) answered(err error) {
 // Inline reports whether a call with this timeout runs inline (see Call).
 func (n *Node) Inline(timeout time.Duration) bool { return n.HonoursCtx && timeout <= MaxInline }
 
-// isReply reports whether err is an error reply of Redis. (Apart, so that
-// the target of errors.As is allocated only when there is an error.)
-func isReply(err error) bool {
+// IsReply reports whether err is an error reply of Redis. (A function of
+// its own, so that the target of errors.As is allocated only when it is
+// called.)
+func IsReply(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }
