@@ -100,13 +100,7 @@ func killSession(sid int) {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp session ...; comm may hold spaces.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 3 && fields[3] == strconv.Itoa(sid) {
+		if fields := procStat(pid); len(fields) > 3 && fields[3] == strconv.Itoa(sid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -283,10 +277,16 @@ func TestInteractiveLostStopsTheJob(t *testing.T) {
 // running reports whether pid runs: exists and is not a zombie (an orphan
 // that was killed may wait a while for its reaping).
 func running(pid int) bool {
+	fields := procStat(pid)
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// procStat returns the fields of /proc/PID/stat after "pid (comm)": state,
+// ppid, pgrp, session, ... (comm may hold spaces); nil if pid is gone.
+func procStat(pid int) []string {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return nil
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
+	return strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 }
