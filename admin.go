@@ -69,12 +69,12 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	lockKey, fenceKey, waitersKey, metaKey := nm.lock, nm.fence, nm.waiters, nm.meta
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, i int) (NodeStatus, error) {
+		func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
 			var get, fence *redis.StringCmd
 			var pttl *redis.DurationCmd
 			var waiters *redis.IntCmd
 			var meta *redis.MapStringStringCmd
-			_, err := l.nodes[i].Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				get = p.Get(ctx, lockKey)
 				pttl = p.PTTL(ctx, lockKey)
 				fence = p.Get(ctx, fenceKey)
@@ -165,19 +165,19 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, i int) (int64, error) {
+		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
 			for range 3 {
-				v, err := l.nodes[i].Client.Get(ctx, nm.lock).Result()
+				v, err := c.Get(ctx, nm.lock).Result()
 				if errors.Is(err, redis.Nil) {
 					return 0, nil
 				}
 				if err != nil {
 					return 0, err
 				}
-				n, err := l.runRelease(ctx, i, nm, v, "", true)
+				n, err := l.runRelease(ctx, c, nm, v, "", true, true)
 				if err != nil || n == 1 {
 					return n, err
 				}

@@ -224,8 +224,8 @@ func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
 	}
 	ctx, cancel := context.WithTimeout(l.bg, timeout)
 	defer cancel()
-	_, err, ok := quorum.Call(ctx, l.nodes[c.node], timeout, func(ctx context.Context) (int64, error) {
-		return l.runRelease(ctx, c.node, j.nm, j.expected, j.leaving, wake)
+	_, err, ok, _ := quorum.Call(ctx, l.nodes[c.node], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
+		return l.runRelease(ctx, rc, j.nm, j.expected, j.leaving, wake, true)
 	}, nil)
 	return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err)
 }

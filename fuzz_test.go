@@ -93,14 +93,18 @@ func FuzzNames(f *testing.F) {
 		if key == "" || other == "" {
 			return
 		}
-		n := l.names(key)
+		n := l.makeNames(key)
 		slot := hashSlot(n.lock)
-		for _, k := range append(append([]string{n.fence, n.waiters, n.leases, n.meta}, n.acquireKeys[:]...), n.releaseKeys[:]...) {
+		keys := []string{n.fence, n.waiters, n.leases, n.meta}
+		for _, k := range append(append(append(n.acquireKeys[:], n.releaseKeys[:]...), n.extendKeys[:]...), n.fenceKeys[:]...) {
+			keys = append(keys, k.(string))
+		}
+		for _, k := range keys {
 			if hashSlot(k) != slot {
 				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.lock, slot)
 			}
 		}
-		o := l.names(other)
+		o := l.makeNames(other)
 		if key != other {
 			for _, a := range []string{n.lock, n.fence, n.waiters, n.leases, n.meta} {
 				for _, b := range []string{o.lock, o.fence, o.waiters, o.leases, o.meta} {

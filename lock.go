@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -21,6 +23,7 @@ type Lock struct {
 	key       string
 	names     *names
 	token     string
+	tokenArg  any // token, boxed once (see script)
 	fence     uint64
 	autoRenew bool
 	metadata  string
@@ -32,16 +35,21 @@ type Lock struct {
 
 	mu         sync.Mutex
 	ttl        time.Duration
-	nodes      []nodeLease // per node
+	nodes      []nodeLease  // per node
+	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
 	lostCh     chan struct{}
 	lost       bool // ownership ended while held (or Close took the lock back)
 	released   bool
 	// rel is the latest Release round: concurrent Release calls share it.
-	rel         *releaseRound
-	renewTimer  *time.Timer
-	expiryTimer *time.Timer
-	onLostFns   []func(cause error)
+	// The first one is firstRel (most locks are released once).
+	rel      *releaseRound
+	firstRel releaseRound
+	// timer fires at the earlier of renewAt (zero: no renewal due) and the
+	// time the lost-lock signal is due (see untilLost); tick handles both.
+	timer     *time.Timer
+	renewAt   time.Time
+	onLostFns []func(cause error)
 }
 
 // nodeLease is what a Lock knows of its key on one node. The validity of the
@@ -77,22 +85,31 @@ func (n *nodeLease) effective() time.Time {
 	return n.until
 }
 
-// releaseRound is one round of Release; done is closed when err is set.
+// releaseRound is one round of Release. Its fields are guarded by the
+// Lock's mu: finished is set when err is; done, made by a Release call that
+// waits for the round, is closed then.
 type releaseRound struct {
-	done chan struct{}
-	err  error // what Release returns
+	finished bool
+	done     chan struct{}
+	err      error // what Release returns
 	// roundErr is the round's own failure, if any, whether or not the lock
 	// had been lost (Close reports it).
 	roundErr error
 }
 
-func (l *Locker) newLock(key string, nm *names, token string, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
+// newLock returns a lock with a copy of nodes.
+func (l *Locker) newLock(key string, nm *names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
-		l: l, key: key, names: nm, token: token, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
+		l: l, key: key, names: nm, token: token, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
-		nodes:  nodes,
 		lostCh: make(chan struct{}),
+	}
+	if len(nodes) == 1 {
+		k.oneNode[0] = nodes[0]
+		k.nodes = k.oneNode[:]
+	} else {
+		k.nodes = slices.Clone(nodes)
 	}
 	k.validUntil = k.computeValidity()
 	return k
@@ -110,10 +127,10 @@ func (k *Lock) start(start time.Time) bool {
 		return false
 	}
 	l.locks[k] = struct{}{}
-	k.expiryTimer = time.AfterFunc(k.untilLost(), k.checkExpiry)
 	if k.autoRenew {
-		k.renewTimer = time.AfterFunc(time.Until(start.Add(k.ttl/3)), k.renew)
+		k.renewAt = start.Add(k.ttl / 3)
 	}
+	k.arm()
 	return true
 }
 
@@ -244,7 +261,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	k.validUntil = k.computeValidity()
 	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
 	if !lost {
-		k.expiryTimer.Reset(k.untilLost())
+		k.arm()
 		switch {
 		case err == nil && k.autoRenew:
 			// Every TTL/3, or sooner if a cap left less validity.
@@ -284,7 +301,7 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 	close(recorded)
 	if !k.lost && !k.released {
 		k.validUntil = k.computeValidity()
-		k.expiryTimer.Reset(k.untilLost())
+		k.arm()
 	}
 }
 
@@ -302,14 +319,14 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	ttlMS := ttl.Milliseconds()
+	ttlArg := l.ttlArg(ttl)
 	need := l.quorum
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
-		func(ctx context.Context, i int) (int64, error) {
-			v, err := l.runScript(ctx, node(i), timeout, extendScript, k.names.extendKeys[:], k.token, ttlMS, regain, k.metadata)
+		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata))
 			if err != nil {
 				return 0, err
 			}
@@ -505,19 +522,56 @@ func countOK(rs []quorum.Result[int64]) (ok, bad int) {
 	return ok, bad
 }
 
-// scheduleRenew sets the renewal timer; k.mu is held.
+// scheduleRenew has the lock renewed in d; k.mu is held.
 func (k *Lock) scheduleRenew(d time.Duration) {
 	if k.l.isClosed() {
 		return
 	}
-	if k.renewTimer == nil {
-		k.renewTimer = time.AfterFunc(d, k.renew)
+	k.renewAt = time.Now().Add(d)
+	k.arm()
+}
+
+// arm sets the lock's timer to the earlier of the renewal and the lost-lock
+// signal; k.mu is held. One timer serves both: a lock costs one.
+func (k *Lock) arm() {
+	d := k.untilLost()
+	if !k.renewAt.IsZero() {
+		d = min(d, time.Until(k.renewAt))
+	}
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, k.tick)
 	} else {
-		k.renewTimer.Reset(d)
+		k.timer.Reset(d)
 	}
 }
 
-// renew is the auto-renewal, run by the renewal timer.
+// tick runs when the lock's timer fires: it reports the loss if the
+// validity ran out, else renews if the renewal is due. The timer is armed
+// again for the lost-lock signal before the renewal runs, so that a renewal
+// stuck on slow nodes does not delay the signal.
+func (k *Lock) tick() {
+	k.mu.Lock()
+	if k.lost || k.released {
+		k.mu.Unlock()
+		return
+	}
+	if k.untilLost() <= 0 {
+		k.mu.Unlock()
+		k.markLost(ErrLockLost)
+		return
+	}
+	renew := !k.renewAt.IsZero() && !time.Now().Before(k.renewAt)
+	if renew {
+		k.renewAt = time.Time{}
+	}
+	k.arm()
+	k.mu.Unlock()
+	if renew {
+		k.renew()
+	}
+}
+
+// renew is the auto-renewal, run by tick.
 func (k *Lock) renew() {
 	l := k.l
 	if !l.track() {
@@ -562,23 +616,6 @@ func (k *Lock) untilLost() time.Duration {
 // lost (see untilLost).
 func lostMargin(ttl time.Duration) time.Duration { return min(ttl/20, 50*time.Millisecond) }
 
-// checkExpiry runs when the validity should have run out.
-func (k *Lock) checkExpiry() {
-	k.mu.Lock()
-	if k.lost || k.released {
-		k.mu.Unlock()
-		return
-	}
-	if left := k.untilLost(); left > 0 {
-		// Renewed meanwhile.
-		k.expiryTimer.Reset(left)
-		k.mu.Unlock()
-		return
-	}
-	k.mu.Unlock()
-	k.markLost(ErrLockLost)
-}
-
 // markLost records that ownership ended while held and tells the holder:
 // Lost closes, and the functions registered with onLost run with cause. The
 // nodes where the key may still hold the token, or where a command of the
@@ -610,12 +647,10 @@ func (k *Lock) markLost(cause error) {
 }
 
 func (k *Lock) stopTimers() {
-	if k.renewTimer != nil {
-		k.renewTimer.Stop()
+	if k.timer != nil {
+		k.timer.Stop()
 	}
-	if k.expiryTimer != nil {
-		k.expiryTimer.Stop()
-	}
+	k.renewAt = time.Time{}
 }
 
 func (k *Lock) forget() {
@@ -672,20 +707,25 @@ func (k *Lock) Release(ctx context.Context) error {
 func (k *Lock) release(ctx context.Context) *releaseRound {
 	k.mu.Lock()
 	if r := k.rel; r != nil {
-		select {
-		case <-r.done:
-			if r.err == nil || errors.Is(r.err, ErrNotHeld) {
-				k.mu.Unlock()
-				return r
+		if !r.finished {
+			if r.done == nil {
+				r.done = make(chan struct{})
 			}
-			// Not confirmed: try again.
-		default:
+			done := r.done
 			k.mu.Unlock()
-			<-r.done
+			<-done
 			return r
 		}
+		if r.err == nil || errors.Is(r.err, ErrNotHeld) {
+			k.mu.Unlock()
+			return r
+		}
+		// Not confirmed: try again.
 	}
-	r := &releaseRound{done: make(chan struct{})}
+	r := &k.firstRel
+	if k.rel != nil {
+		r = &releaseRound{}
+	}
 	k.rel = r
 	wasLost := k.lost
 	first := !k.released
@@ -702,12 +742,20 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	if first {
 		k.forget()
 	}
-	r.roundErr = k.releaseRound(context.WithoutCancel(ctx), ttl)
-	r.err = r.roundErr
-	if wasLost {
-		r.err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
 	}
-	close(r.done)
+	roundErr := k.releaseRound(ctx, ttl)
+	err := roundErr
+	if wasLost {
+		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
+	}
+	k.mu.Lock()
+	r.roundErr, r.err, r.finished = roundErr, err, true
+	if r.done != nil {
+		close(r.done)
+	}
+	k.mu.Unlock()
 	return r
 }
 
@@ -718,8 +766,8 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
 	results, missing := quorum.Fanout(ctx, l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
-		func(ctx context.Context, i int) (int64, error) {
-			return l.runRelease(ctx, i, k.names, k.token, "", true)
+		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+			return l.runRelease(ctx, c, k.names, k.tokenArg, "", true, k.metadata != "")
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	mrand "math/rand/v2"
 	"reflect"
 	"strconv"
@@ -36,14 +37,16 @@ type Locker struct {
 	id      string
 	inbox   string
 	inboxes string // the prefix of every inbox channel
-	// reserveArg is reserve in milliseconds, as release.lua takes it.
-	reserveArg string
-	seq        atomic.Uint64
-	subs       []*subscriber
-	// retentionArg is the fence retention in milliseconds, as the scripts
-	// take it.
-	retentionArg string
-	cleaners     []*cleaner // per node
+	// Script arguments, boxed once: reserve in milliseconds (release.lua),
+	// the fence retention in milliseconds, the inbox prefix, DefaultTTL in
+	// milliseconds.
+	reserveArg, retentionArg, inboxesArg, defaultTTLArg any
+	seq                                                 atomic.Uint64
+	subs                                                []*subscriber
+	cleaners                                            []*cleaner // per node
+	// recent caches the names of recently used keys (see names).
+	recent [namesCacheSize]atomic.Pointer[names]
+	seed   maphash.Seed
 
 	// renewCtx is cancelled when Close begins: renewals under way stop.
 	renewCtx    context.Context
@@ -148,6 +151,9 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	}
 	l.reserveArg = strconv.FormatInt(l.reserve.Milliseconds(), 10)
 	l.retentionArg = strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10)
+	l.inboxesArg = l.inboxes
+	l.defaultTTLArg = strconv.FormatInt(DefaultTTL.Milliseconds(), 10)
+	l.seed = maphash.MakeSeed()
 	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	for i, c := range clients {
@@ -261,14 +267,17 @@ func (l *Locker) isClosed() bool {
 }
 
 // names are the Redis keys of one lock (DESIGN §3). They share a hash tag,
-// so that every script touches one Cluster slot.
+// so that every script touches one Cluster slot. A names is never modified
+// once made: locks, waiters and the cache share it.
 type names struct {
+	key                                string // the lock's name, as passed to Acquire
 	lock, fence, waiters, leases, meta string
-	// The KEYS of acquire.lua, release.lua and extend.lua (arrays: they
-	// cost no allocation of their own).
-	acquireKeys [5]string
-	releaseKeys [4]string
-	extendKeys  [2]string
+	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, boxed
+	// once (see script).
+	acquireKeys [5]any
+	releaseKeys [4]any
+	extendKeys  [2]any
+	fenceKeys   [1]any
 }
 
 // tagEscape starts the hash tag of a key that begins with '}' or with
@@ -280,7 +289,23 @@ type names struct {
 // "dlock:{K}". (The prefix cannot contain braces: see WithPrefix.)
 const tagEscape = "\x00"
 
+// namesCacheSize is the number of slots of a Locker's cache of names: a key
+// locked again soon (a job's lock, taken every run) is not named again.
+const namesCacheSize = 64
+
+// names returns the names of key's Redis keys, from the cache if key was
+// used recently.
 func (l *Locker) names(key string) *names {
+	slot := &l.recent[maphash.String(l.seed, key)%namesCacheSize]
+	if n := slot.Load(); n != nil && n.key == key {
+		return n
+	}
+	n := l.makeNames(key)
+	slot.Store(n)
+	return n
+}
+
+func (l *Locker) makeNames(key string) *names {
 	tag := key
 	if key[0] == '}' || key[0] == tagEscape[0] {
 		tag = tagEscape + key
@@ -294,15 +319,18 @@ func (l *Locker) names(key string) *names {
 	e := w + lock + len(":waiters") // where the leases' name starts
 	m := e + lock + len(":wexp")    // where the metadata's name starts
 	n := &names{
+		key:     key,
 		lock:    all[:lock],
 		fence:   all[:w],
 		waiters: all[w:e],
 		leases:  all[e:m],
 		meta:    all[m:],
 	}
-	n.acquireKeys = [5]string{n.lock, n.fence, n.waiters, n.leases, n.meta}
-	n.releaseKeys = [4]string{n.lock, n.waiters, n.leases, n.meta}
-	n.extendKeys = [2]string{n.lock, n.meta}
+	lk, fk, wk, ek, mk := any(n.lock), any(n.fence), any(n.waiters), any(n.leases), any(n.meta)
+	n.acquireKeys = [5]any{lk, fk, wk, ek, mk}
+	n.releaseKeys = [4]any{lk, wk, ek, mk}
+	n.extendKeys = [2]any{lk, mk}
+	n.fenceKeys = [1]any{fk}
 	return n
 }
 
@@ -326,6 +354,15 @@ func (l *Locker) lockConfig(key string, opts []LockOption) (lockConfig, error) {
 	if key == "" {
 		return lockConfig{}, invalid("key must not be empty")
 	}
+	if len(opts) == 0 {
+		return lockConfig{ttl: DefaultTTL, autoRenew: true}, nil
+	}
+	return applyLockOptions(opts)
+}
+
+// applyLockOptions is the configuration opts give. (A function of its own:
+// the configuration escapes to the heap only when there are options.)
+func applyLockOptions(opts []LockOption) (lockConfig, error) {
 	c := lockConfig{ttl: DefaultTTL, autoRenew: true}
 	for _, o := range opts {
 		if o != nil {
@@ -733,7 +770,7 @@ func (r *attemptResult) err(key string, ctx context.Context) error {
 // dies.
 func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState, ready []bool) (*Lock, attemptResult) {
 	token := newToken()
-	ttlMS := cfg.ttl.Milliseconds()
+	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
 	timeout := l.nodeTimeout(cfg.ttl)
 	var nm *names
 	if ks != nil {
@@ -747,8 +784,11 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if ks != nil {
 		regs = ks.registration(ready)
 	}
-	none := nodeReg{pos: "0", queued: "0", refresh: "0"}
 	res := attemptResult{outcome: l.newOutcome()}
+	var args []any // the same command for every node when not registering
+	if regs == nil {
+		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata)
+	}
 
 	// decided is closed once the attempt's outcome is known (k is set if it
 	// succeeded). An answer that comes after the round goes to the lock, or
@@ -770,13 +810,14 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, i int) (acquireReply, error) {
-			reg := none
+		func(ctx context.Context, i int, c redis.UniversalClient) (acquireReply, error) {
+			a := args
 			if regs != nil {
-				reg = regs[i]
+				reg := regs[i]
+				a = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata,
+					reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh)
 			}
-			v, err := l.runScript(ctx, i, timeout, acquireScript, nm.acquireKeys[:],
-				token, ttlMS, reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh, l.retentionArg, cfg.metadata)
+			v, err := l.runScript(ctx, c, timeout, acquireScript, a)
 			if err != nil {
 				return acquireReply{}, err
 			}
@@ -861,7 +902,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	// A node that did not answer in the round answers late (the late
 	// handler then settles what it did), except one called inline (one
 	// Redis, ContextTimeoutEnabled), whose command may run at any time.
-	lateComes := n > 1 || !l.nodes[0].Inline(timeout)
+	lateComes := n > 1 || len(missing) == 0 || !missing[0].Inline
 	if ks != nil {
 		for i, e := range effects {
 			if e == effUnknown && (answered[i] || !lateComes) {
@@ -878,7 +919,13 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
 		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
-			leases := make([]nodeLease, n)
+			var leaseBuf [8]nodeLease // on the stack for up to 8 nodes
+			leases := leaseBuf[:0]
+			if n <= len(leaseBuf) {
+				leases = leaseBuf[:n]
+			} else {
+				leases = make([]nodeLease, n)
+			}
 			for i, e := range effects {
 				switch e {
 				case effSet:
@@ -887,7 +934,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 					leases[i].unknown = 1
 				}
 			}
-			k = l.newLock(key, nm, token, fence, cfg, leases)
+			k = l.newLock(key, nm, token, tokenArg, fence, cfg, leases)
 			if !k.start(start) {
 				// Closed meanwhile: give it back.
 				k.release(context.Background())
@@ -935,12 +982,11 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 		return true
 	}
 	need := l.quorum - confirmed
-	fenceKey := []string{nm.fence}
-	want := strconv.FormatUint(fence, 10)
+	args := raiseScript.args(nm.fenceKeys[:], strconv.FormatUint(fence, 10), l.retentionArg)
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
-		func(ctx context.Context, i int) (uint64, error) {
-			v, err := raiseScript.Run(ctx, l.nodes[low[i]].Client, fenceKey, want, l.retentionArg).Result()
+		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {
+			v, err := raiseScript.run(ctx, c, args)
 			if err != nil {
 				return 0, err
 			}
@@ -971,50 +1017,69 @@ func (l *Locker) subset(idx []int) []*quorum.Node {
 	return ns
 }
 
-// runRelease runs release.lua on node i: expected is the owner token or a
+// runRelease runs release.lua with c: expected is the owner token or a
 // reservation "~ID"; leaving is a waiter id to remove from the queue, or "";
-// wake says whether to wake the next waiter.
-func (l *Locker) runRelease(ctx context.Context, i int, nm *names, expected, leaving string, wake bool) (int64, error) {
-	w := "0"
+// wake says whether to wake the next waiter; meta whether the owner may have
+// stored metadata.
+func (l *Locker) runRelease(ctx context.Context, c redis.UniversalClient, nm *names, expected any, leaving string, wake, meta bool) (int64, error) {
+	var w, m any = "0", "0"
 	if wake {
 		w = "1"
 	}
-	return releaseScript.Run(ctx, l.nodes[i].Client, nm.releaseKeys[:],
-		expected, l.inboxes, l.reserveArg, leaving, w).Int64()
+	if meta {
+		m = "1"
+	}
+	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m))
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, badReply("unexpected release reply %v", v)
+	}
+	return n, nil
+}
+
+// ttlArg is ttl in milliseconds, as the scripts take it.
+func (l *Locker) ttlArg(ttl time.Duration) any {
+	if ttl == DefaultTTL {
+		return l.defaultTTLArg
+	}
+	return strconv.FormatInt(ttl.Milliseconds(), 10)
 }
 
 // errNotAcked fails a node's grant or renewal that too few replicas
 // acknowledged in time (WithReplicaAck). It is transient.
 var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)")
 
-// runScript runs a script that writes the lock on node i. With
-// WithReplicaAck, it also waits, on the same connection (WAIT counts the
+// runScript runs a script that writes the lock with c (args from s.args).
+// With WithReplicaAck, it also waits, on the same connection (WAIT counts the
 // writes of its own connection), until enough replicas have the write, and
 // fails with errNotAcked if they do not within most of timeout.
-func (l *Locker) runScript(ctx context.Context, i int, timeout time.Duration, s *redis.Script, keys []string, args ...any) (any, error) {
-	c := l.nodes[i].Client
+func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script, args []any) (any, error) {
 	if l.cfg.replicaAck == 0 {
-		return s.Run(ctx, c, keys, args...).Result()
+		return s.run(ctx, c, args)
 	}
 	var node redis.Cmdable = c
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, keys[0])
+		m, err := cc.MasterForKey(ctx, args[3].(string))
 		if err != nil {
 			return nil, err
 		}
 		node = m
 	}
 	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
-	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+	run := func(args []any) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
-		cmd := eval(pipe)
+		cmd := s.cmd(ctx, args)
+		_ = pipe.Process(ctx, cmd)
 		wait := pipe.Do(ctx, "WAIT", l.cfg.replicaAck, waitMS)
 		_, _ = pipe.Exec(ctx)
 		return cmd, wait
 	}
-	cmd, wait := run(func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
+	cmd, wait := run(args)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd, wait = run(func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+		cmd, wait = run(s.eval(args))
 	}
 	v, err := cmd.Result()
 	if err != nil {

@@ -7,15 +7,16 @@
 -- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, the lock's TTL)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
--- ARGV[3] waiter         "" to acquire without joining the waiting set, else
---                        "LOCKERID:SEQ:KEY" (see release.lua for its use)
--- ARGV[4] waiter lease   ms a registration lives without being refreshed
--- ARGV[5] position       the waiter's queue position from an earlier reply, "0" for new
--- ARGV[6] queued         "1" if the waiter may sit in the waiting set (remove it on success)
--- ARGV[7] refresh        "1" to write the registration on failure even if it
+-- ARGV[3] retention      ms the fence counter lives after this acquisition
+-- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
+-- ARGV[5..9], only for an attempt that may register as a waiter (absent: it
+-- does not, and takes a free lock with a single SET NX):
+-- ARGV[5] waiter         "LOCKERID:SEQ:KEY" (see release.lua for its use)
+-- ARGV[6] waiter lease   ms a registration lives without being refreshed
+-- ARGV[7] position       the waiter's queue position from an earlier reply, "0" for new
+-- ARGV[8] queued         "1" if the waiter may sit in the waiting set (remove it on success)
+-- ARGV[9] refresh        "1" to write the registration on failure even if it
 --                        is still there (it was popped, or its lease is old)
--- ARGV[8] retention      ms the fence counter lives after this acquisition
--- ARGV[9] metadata       "" for none, else stored under the token in KEYS[5]
 --
 -- Returns {1, fence} on success, the fence as a decimal string. The fence is
 -- the server's time in microseconds when the counter does not exist (first
@@ -29,11 +30,12 @@
 -- replica promoted after a failover that lost them) is passed by the
 -- second's floor once the failover took more than a second. The floor moves
 -- once a second, so nodes of a quorum agree on it and their counters stay
--- equal. The arithmetic is exact: INCR's result is read back
--- as a string, never through a Lua number (a double, exact only below 2^53).
+-- equal. The arithmetic is exact: the counter is incremented as a decimal
+-- string, never through a Lua number (a double, exact only below 2^53).
 -- Nothing is written before the steps that can fail (a counter that is not a
 -- positive decimal integer or is at 2^63-1, a metadata key of another type),
--- so a failed call changes nothing.
+-- so a failed call changes nothing; once the lock is written, no step can
+-- fail.
 -- When the lock already holds ARGV[1] (a retried command whose first reply
 -- was lost) the TTL is reset and the current counter is returned without a
 -- second increment.
@@ -58,47 +60,77 @@ local function refuseWrongTypes(waiters, meta)
   end
   return false
 end
-
-local v = redis.call('GET', KEYS[1])
-local waiter = ARGV[3]
-if v == false or v == ARGV[1] or (waiter ~= '' and v == '~' .. waiter) then
-  local fence = false
-  if v == ARGV[1] then
-    fence = redis.call('GET', KEYS[2])
+-- incr adds one to a positive decimal integer string (below 2^63-1: no
+-- overflow), exactly.
+local function incr(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do -- '9'
+    i = i - 1
   end
-  local c = false
-  if not fence then
-    c = redis.call('GET', KEYS[2])
-    if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
-      return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+  if i == 0 then
+    return '1' .. string.rep('0', #s)
+  end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+
+local token, metadata = ARGV[1], ARGV[4]
+local waiter = ARGV[5] or ''
+local queued = ARGV[8] == '1'
+
+local c = redis.call('GET', KEYS[2])
+if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
+  return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+end
+
+-- granted: the lock is now ours (nil: not yet decided). v: the lock's value
+-- when it was not free.
+local granted, v = nil, false
+if waiter == '' then
+  if metadata ~= '' and wrongType(KEYS[5], 'hash') then
+    return refuseWrongTypes(false, true)
+  end
+  granted = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) ~= false
+  if not granted then
+    v = redis.call('GET', KEYS[1])
+    if v == token then
+      -- A retried command whose first reply was lost.
+      redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+      granted = true
     end
   end
-  local refused = refuseWrongTypes(ARGV[6] == '1', ARGV[9] ~= '')
-  if refused then
-    return refused
+else
+  v = redis.call('GET', KEYS[1])
+  if v == false or v == token or v == '~' .. waiter then
+    local refused = refuseWrongTypes(queued, metadata ~= '')
+    if refused then
+      return refused
+    end
+    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    granted = true
   end
-  if ARGV[9] ~= '' then
-    redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
+end
+
+if granted then
+  if metadata ~= '' then
+    redis.call('HSET', KEYS[5], token, metadata)
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
   end
-  if not fence then
+  local fence
+  if v == token and c then
+    fence = c
+  else
     local t = redis.call('TIME')
     local floor = t[1] .. '000000'
     if c and (#c > #floor or (#c == #floor and c >= floor)) then
-      redis.call('INCR', KEYS[2])
-      fence = redis.call('GET', KEYS[2])
+      fence = incr(c)
+    elseif c then
+      fence = floor
     else
-      if c then
-        fence = floor
-      else
-        fence = t[1] .. string.format('%06d', tonumber(t[2]))
-      end
-      redis.call('SET', KEYS[2], fence)
+      fence = t[1] .. string.format('%06d', tonumber(t[2]))
     end
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[8])
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if ARGV[6] == '1' then
+  redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  if queued then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
   end
@@ -111,9 +143,9 @@ if string.sub(v, 1, 1) == '~' then
 else
   pttl = redis.call('PTTL', KEYS[1])
 end
-local pos = ARGV[5]
+local pos = ARGV[7] or '0'
 if waiter ~= '' then
-  local write = pos == '0' or ARGV[7] == '1'
+  local write = pos == '0' or ARGV[9] == '1'
   if not write then
     -- Registered before: make sure it is still there.
     write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
@@ -130,9 +162,9 @@ if waiter ~= '' then
     end
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[3], pos, waiter)
-    redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[4]))
-    redis.call('PEXPIRE', KEYS[3], ARGV[4])
-    redis.call('PEXPIRE', KEYS[4], ARGV[4])
+    redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[6]))
+    redis.call('PEXPIRE', KEYS[3], ARGV[6])
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
   end
 end
 return {0, pttl, pos}

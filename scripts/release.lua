@@ -12,6 +12,8 @@
 --                        of a failed quorum attempt: the waiters were woken by
 --                        the release that freed the lock, and waking more for a
 --                        partial grant only makes them collide)
+-- ARGV[6] metadata       "0" when the owner stored no metadata (its entry
+--                        need not be removed); absent or "1": remove it
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0.
 --
@@ -31,7 +33,9 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('HDEL', KEYS[4], ARGV[1])
+if ARGV[6] ~= '0' then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+end
 
 if ARGV[5] == '0' then
   redis.call('DEL', KEYS[1])
@@ -39,12 +43,15 @@ if ARGV[5] == '0' then
 end
 
 local nxt = false
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = false -- server ms, read once someone waits
 for _ = 1, 16 do
   local popped = redis.call('ZPOPMIN', KEYS[2])
   if #popped == 0 then
     break
+  end
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   local lease = tonumber(redis.call('HGET', KEYS[3], popped[1]) or '0')
   redis.call('HDEL', KEYS[3], popped[1])

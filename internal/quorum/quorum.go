@@ -4,17 +4,22 @@
 //
 // go-redis applies a context's deadline to socket reads only when the client
 // was built with ContextTimeoutEnabled; with default options a read on a
-// frozen node waits for ReadTimeout (3s). A call here therefore runs on its
-// own goroutine unless the client is known to honour the deadline, and the
-// caller stops waiting at the deadline. The abandoned call finishes in the
-// background when go-redis gives up, and its result is handed to a late
-// handler so that, for example, a lock it set after all can be released.
+// frozen node waits for ReadTimeout (3s). A short call therefore runs inline
+// only on a client whose socket deadlines bound it: one that honours ctx
+// deadlines, or a copy of a *redis.Client made with WithTimeout (it shares
+// the pool and sets the call's timeout as its socket deadlines). Any other
+// call runs on a worker goroutine, and the caller stops waiting at the
+// deadline. The abandoned call finishes in the background when go-redis
+// gives up, and its result is handed to a late handler so that, for
+// example, a lock it set after all can be released.
 package quorum
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +52,13 @@ type Node struct {
 	// until its periodic reload (10s) after a failover.
 	reload     func()
 	lastReload atomic.Int64 // Unix ns
+
+	// withTimeout, for a *redis.Client that does not honour ctx deadlines,
+	// returns a copy of it whose socket deadlines are the timeout (see
+	// bounded).
+	withTimeout func(time.Duration) redis.UniversalClient
+	boundedMu   sync.Mutex
+	boundedList atomic.Pointer[[]boundedClient]
 
 	jobs      chan func()
 	stop      chan struct{}
@@ -119,8 +131,70 @@ func (n *Node) answered(err error) {
 	}
 }
 
-// Inline reports whether a call with this timeout runs inline (see Call).
-func (n *Node) Inline(timeout time.Duration) bool { return n.HonoursCtx && timeout <= MaxInline }
+// boundedClient is a copy of a node's client whose socket deadlines are
+// timeout.
+type boundedClient struct {
+	timeout time.Duration
+	client  redis.UniversalClient
+}
+
+// maxBounded is how many timeouts a node keeps a bounded copy of its client
+// for. A Locker uses a few (its node timeout for the TTLs in use, the
+// release's); calls with other timeouts run on a worker.
+const maxBounded = 8
+
+// bounded returns a client for a call with this timeout that runs inline: the
+// node's own client if it honours ctx deadlines, else a copy of it whose
+// socket deadlines are timeout, or nil if there is none.
+func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
+	if n.HonoursCtx {
+		return n.Client
+	}
+	if n.withTimeout == nil {
+		return nil
+	}
+	if l := n.boundedList.Load(); l != nil {
+		for _, b := range *l {
+			if b.timeout == timeout {
+				return b.client
+			}
+		}
+	}
+	n.boundedMu.Lock()
+	defer n.boundedMu.Unlock()
+	var list []boundedClient
+	if l := n.boundedList.Load(); l != nil {
+		list = *l
+	}
+	for _, b := range list {
+		if b.timeout == timeout {
+			return b.client
+		}
+	}
+	if len(list) >= maxBounded {
+		return nil
+	}
+	c := n.withTimeout(timeout)
+	list = append(slices.Clip(list), boundedClient{timeout, c})
+	n.boundedList.Store(&list)
+	return c
+}
+
+// inline returns the client with which a call with this timeout on ctx runs
+// inline, or nil if it runs on a worker (see Call).
+func (n *Node) inline(ctx context.Context, timeout time.Duration) redis.UniversalClient {
+	if timeout > MaxInline {
+		return nil
+	}
+	if !n.HonoursCtx {
+		// The socket deadlines are the timeout: the caller's deadline must
+		// not come sooner.
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+			return nil
+		}
+	}
+	return n.bounded(timeout)
+}
 
 // IsReply reports whether err is an error reply of Redis. (A function of
 // its own, so that the target of errors.As is allocated only when it is
@@ -138,6 +212,9 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Client:
 		o := c.Options()
 		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
+		if !n.HonoursCtx {
+			n.withTimeout = func(d time.Duration) redis.UniversalClient { return c.WithTimeout(d) }
+		}
 	case *redis.ClusterClient:
 		o := c.Options()
 		if len(o.Addrs) > 0 {
@@ -162,63 +239,81 @@ type Result[T any] struct {
 	Err  error
 }
 
-// MaxInline is the longest timeout of a call that runs inline on a client
-// that honours ctx deadlines. go-redis applies a context's deadline to reads
-// but not its cancellation, so an inline call outlives a cancelled context
-// until its deadline; a longer call (a renewal waits up to the end of the
-// lock's validity) runs on a worker, and the caller stops waiting when ctx
-// is cancelled.
+// MaxInline is the longest timeout of a call that runs inline. go-redis
+// applies a deadline to reads but not a context's cancellation, so an inline
+// call outlives a cancelled context until its deadline; a longer call (a
+// renewal waits up to the end of the lock's validity) runs on a worker, and
+// the caller stops waiting when ctx is cancelled.
 const MaxInline = time.Second
 
 // Call runs fn on one node and returns when fn returns, timeout elapses or
 // ctx ends, whichever is first. answered is false when no answer came in
-// time: then err is the context's error and, if late is not nil, late gets
-// fn's result once fn returns. A client that honours ctx deadlines runs fn
-// inline when timeout is at most MaxInline (late is then never called), and
-// a context error it returns also counts as no answer.
-func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context) (T, error), late func(T, error)) (v T, err error, answered bool) {
+// time: then err is the context's error. inline reports that fn ran on the
+// caller's goroutine: with a client whose socket deadlines bound it (see
+// Node), when timeout is at most MaxInline and, for a client that does not
+// honour ctx deadlines, ctx's deadline is not sooner than timeout. An inline
+// call that got no answer may still run on the node at any time, and late is
+// never called for it; otherwise late, if not nil, gets fn's result once fn
+// returns after Call did. fn is given the client to use.
+func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context, c redis.UniversalClient) (T, error), late func(T, error)) (v T, err error, answered, inline bool) {
+	var lateR func(Result[T])
+	if late != nil {
+		lateR = func(r Result[T]) { late(r.Val, r.Err) }
+	}
+	r, answered, inline := call(ctx, n, 0, timeout, func(ctx context.Context, _ int, c redis.UniversalClient) (T, error) { return fn(ctx, c) }, lateR)
+	return r.Val, r.Err, answered, inline
+}
+
+// call is Call for node i of a Fanout (fn is given i).
+func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error), late func(Result[T])) (r Result[T], answered, inline bool) {
+	r.Node = i
+	c := n.inline(ctx, timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	if n.Inline(timeout) {
+	if c != nil {
 		defer cancel()
-		v, err = fn(ctx)
-		n.failed(err)
-		if err != nil && ctx.Err() != nil {
-			return v, ctx.Err(), false
+		r.Val, r.Err = fn(ctx, i, c)
+		n.failed(r.Err)
+		if r.Err != nil && (ctx.Err() != nil || isTimeout(r.Err)) {
+			r.Err = ctx.Err()
+			if r.Err == nil {
+				r.Err = context.DeadlineExceeded // the socket deadline came first
+			}
+			return r, false, true
 		}
-		return v, err, true
+		return r, true, true
 	}
-	type res struct {
-		v   T
-		err error
-	}
-	ch := make(chan res, 1)
+	ch := make(chan Result[T], 1)
 	n.run(func() {
-		v, err := fn(ctx)
+		v, err := fn(ctx, i, n.Client)
 		n.failed(err)
-		ch <- res{v, err}
+		ch <- Result[T]{Node: i, Val: v, Err: err}
 	})
 	select {
-	case r := <-ch:
+	case r = <-ch:
 		cancel()
-		return r.v, r.err, true
+		return r, true, false
 	case <-ctx.Done():
 	}
 	// An answer that arrived together with the deadline still counts.
 	select {
-	case r := <-ch:
+	case r = <-ch:
 		cancel()
-		return r.v, r.err, true
+		return r, true, false
 	default:
 	}
-	err = ctx.Err()
+	r.Err = ctx.Err()
 	cancel()
 	if late != nil {
-		go func() {
-			r := <-ch
-			late(r.v, r.err)
-		}()
+		go func() { late(<-ch) }()
 	}
-	return v, err, false
+	return r, false, false
+}
+
+// isTimeout reports whether err is a socket deadline that passed: the call
+// got no answer in time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return !IsReply(err) && errors.As(err, &ne) && ne.Timeout()
 }
 
 // ErrNotWaited is the failure of a node that a round did not wait for
@@ -233,6 +328,9 @@ type Missing struct {
 	// ErrNotWaited when the round decided without waiting for the suspect
 	// node, or the error of the caller's context.
 	Err error
+	// Inline is true when the call ran inline (see Call): no late answer
+	// will come, and the command may run on the node at any time.
+	Inline bool
 }
 
 // Fanout runs fn on every node in parallel and returns the results received
@@ -248,20 +346,16 @@ type Missing struct {
 // returned are passed to late (on another goroutine), if late is not nil.
 // With one node, fn runs through Call without the fan-out machinery.
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
-	fn func(ctx context.Context, i int) (T, error),
+	fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error),
 	done func(results []Result[T], suspects int) bool,
 	late func(Result[T]),
 ) ([]Result[T], []Missing) {
 	if len(nodes) == 1 {
-		var lateOne func(T, error)
-		if late != nil {
-			lateOne = func(v T, err error) { late(Result[T]{Node: 0, Val: v, Err: err}) }
-		}
-		v, err, answered := Call(ctx, nodes[0], timeout, func(ctx context.Context) (T, error) { return fn(ctx, 0) }, lateOne)
+		r, answered, inline := call(ctx, nodes[0], 0, timeout, fn, late)
 		if !answered {
-			return nil, []Missing{{Node: 0, Err: err}}
+			return nil, []Missing{{Node: 0, Err: r.Err, Inline: inline}}
 		}
-		return []Result[T]{{Node: 0, Val: v, Err: err}}, nil
+		return []Result[T]{r}, nil
 	}
 
 	deadline := time.Now().Add(timeout)
@@ -276,7 +370,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspectBefore[i] = true
 		}
 		n.run(func() {
-			v, err := fn(ctx, i)
+			v, err := fn(ctx, i, n.Client)
 			nodes[i].answered(err)
 			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -39,7 +40,7 @@ func TestFanoutDecidesEarly(t *testing.T) {
 	late := make(chan Result[int], 1)
 	start := time.Now()
 	rs, missing := Fanout(context.Background(), ns, time.Minute,
-		func(ctx context.Context, i int) (int, error) {
+		func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
 			if i == 2 {
 				<-release
 			}
@@ -66,7 +67,7 @@ func TestFanoutTimeoutMakesSuspect(t *testing.T) {
 	ns := nodes(t, 3)
 	block := make(chan struct{})
 	defer close(block)
-	fn := func(ctx context.Context, i int) (int, error) {
+	fn := func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
 		if i == 0 {
 			return 0, nil // refuses
 		}
@@ -110,8 +111,8 @@ func TestCallBounded(t *testing.T) {
 	n := nodes(t, 1)[0]
 	release := make(chan struct{})
 	late := make(chan int, 1)
-	_, err, answered := Call(context.Background(), n, 20*time.Millisecond,
-		func(ctx context.Context) (int, error) { <-release; return 7, nil },
+	_, err, answered, _ := Call(context.Background(), n, 20*time.Millisecond,
+		func(ctx context.Context, _ redis.UniversalClient) (int, error) { <-release; return 7, nil },
 		func(v int, err error) { late <- v })
 	if answered || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("answered %v, err %v", answered, err)
