@@ -73,3 +73,36 @@ func benchAcquireRelease(b *testing.B, l *dlock.Locker) {
 	}
 	b.ReportMetric(float64(failed)/float64(b.N), "release-errors/op")
 }
+
+// maxAllocs is the most allocations one uncontended Acquire+Release on one
+// Redis may cost (go test without -race; the race detector's sync.Pool drops
+// items at random, which costs go-redis a few more).
+const maxAllocs = 40
+
+// TestAllocsPerAcquireRelease keeps the everyday path's allocations in
+// check, with default clients and with ContextTimeoutEnabled. make test also
+// runs it without -race, where the limit is maxAllocs.
+func TestAllocsPerAcquireRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	limit := int64(maxAllocs)
+	if raceEnabled {
+		limit += 4
+	}
+	for _, ctxTimeout := range []bool{false, true} {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: ctxTimeout})
+		l := dlock.New(c)
+		r := testing.Benchmark(func(b *testing.B) { benchAcquireRelease(b, l) })
+		_ = l.Close()
+		_ = c.Close()
+		if r.N == 0 {
+			t.Fatal("the benchmark failed")
+		}
+		if got := r.AllocsPerOp(); got > limit {
+			t.Errorf("ContextTimeoutEnabled %v: %d allocations per Acquire+Release, want at most %d", ctxTimeout, got, limit)
+		} else {
+			t.Logf("ContextTimeoutEnabled %v: %d allocations per Acquire+Release (%d B)", ctxTimeout, got, r.AllocedBytesPerOp())
+		}
+	}
+}

@@ -340,10 +340,10 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 			ok, bad := countOK(rs)
 			return ok >= need || bad+suspects > len(nodes)-need
 		},
-		func(r quorum.Result[int64]) {
+		quorum.LateFunc[int64](func(r quorum.Result[int64]) {
 			<-recorded
 			k.lateAnswer(node(r.Node), l.effectOf(node(r.Node), r.Err, r.Val == 1))
-		})
+		}))
 	for i := range results {
 		results[i].Node = node(results[i].Node)
 	}

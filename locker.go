@@ -790,23 +790,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata)
 	}
 
-	// decided is closed once the attempt's outcome is known (k is set if it
-	// succeeded). An answer that comes after the round goes to the lock, or
-	// has the node cleaned up if the attempt failed.
-	decided := make(chan struct{})
+	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
+	late.decided.Add(1)
 	var k *Lock
-	late := func(r quorum.Result[acquireReply]) {
-		<-decided
-		e := l.effectOf(r.Node, r.Err, r.Val.ok)
-		if ks != nil {
-			ks.lateAnswer(r.Node, regs[r.Node], e, r.Val.pos)
-		}
-		if k != nil {
-			k.lateAnswer(r.Node, e)
-		} else if p := e.passes(); p > 0 {
-			l.clean(r.Node, nm, token, cfg.ttl, p, time.Now(), true)
-		}
-	}
 
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
@@ -959,8 +945,36 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	} else if ks != nil {
 		ks.acquired(grantedNodes)
 	}
-	close(decided)
+	late.k = k
+	late.decided.Done()
 	return k, res
+}
+
+// lateAcquire handles the answers to an attempt that arrive after its round:
+// once the attempt's outcome is known (decided), such an answer goes to the
+// lock (k) if it succeeded, or has the node cleaned up if it failed.
+type lateAcquire struct {
+	l       *Locker
+	ks      *keyState
+	regs    []nodeReg
+	nm      *names
+	token   string
+	ttl     time.Duration
+	decided sync.WaitGroup
+	k       *Lock // set before decided is done
+}
+
+func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
+	a.decided.Wait()
+	e := a.l.effectOf(r.Node, r.Err, r.Val.ok)
+	if a.ks != nil {
+		a.ks.lateAnswer(r.Node, a.regs[r.Node], e, r.Val.pos)
+	}
+	if a.k != nil {
+		a.k.lateAnswer(r.Node, e)
+	} else if p := e.passes(); p > 0 {
+		a.l.clean(r.Node, a.nm, a.token, a.ttl, p, time.Now(), true)
+	}
 }
 
 // raiseFences makes sure that at least a quorum of nodes holds a fence

@@ -217,13 +217,22 @@ func (r *Report) targets(d string) []Target {
 	}
 
 	if len(r.Uncontended1) > 0 {
+		// With default clients at least as fast as the fastest peer on
+		// go-redis; with ContextTimeoutEnabled, 5% faster.
+		limit := 1.0
+		if d == "dlock-ctx" {
+			limit = 1.05
+		}
 		peer, theirs := bestPeer(r.Uncontended1, uname, r.Libraries, ops, goRedis)
-		ratioTarget("Uncontended, 1 goroutine: ops/s ≥ 0.95× the fastest go-redis peer",
-			pick(r.Uncontended1, uname, d, ops), theirs, peer, 0.95, true)
+		ratioTarget(fmt.Sprintf("Uncontended, 1 goroutine: ops/s ≥ %.2f× the fastest go-redis peer", limit),
+			pick(r.Uncontended1, uname, d, ops), theirs, peer, limit, true)
+		usec := func(x UncontendedResult) float64 { return x.ScriptUsec }
+		ratioTarget("Uncontended: Redis time in scripts per Acquire+Release ≤ 1.2× redislock's",
+			pick(r.Uncontended1, uname, d, usec), pick(r.Uncontended1, uname, "redislock", usec), "redislock", 1.2, false)
 	}
 	if len(r.Uncontended64) > 0 {
-		peer, theirs := bestPeer(r.Uncontended64, uname, r.Libraries, ops, goRedis)
-		ratioTarget("Uncontended, 64 goroutines: ops/s ≥ 1.0× the fastest go-redis peer",
+		peer, theirs := bestPeer(r.Uncontended64, uname, r.Libraries, ops, all)
+		ratioTarget("Uncontended, 64 goroutines: ops/s ≥ 1.0× the fastest peer (rueidislock included)",
 			pick(r.Uncontended64, uname, d, ops), theirs, peer, 1.0, true)
 	}
 	for _, c := range r.Contended {
@@ -297,6 +306,9 @@ func (r *Report) targets(d string) []Target {
 		d5 := pick(r.RedlockHealthy, lname, d+", 5 nodes", p50)
 		ratioTarget("Redlock 5 nodes: acquire p50 ≤ 0.8× redsync WithFailFast",
 			d5, pick(r.RedlockHealthy, lname, "redsync-failfast, 5 nodes", p50), "redsync-failfast", 0.8, false)
+		rel50 := func(x LatencyResult) float64 { return float64(x.RelP50) }
+		ratioTarget("Redlock 5 nodes: release p50 ≤ 0.8× redsync WithFailFast",
+			pick(r.RedlockHealthy, lname, d+", 5 nodes", rel50), pick(r.RedlockHealthy, lname, "redsync-failfast, 5 nodes", rel50), "redsync-failfast", 0.8, false)
 		d1 := pick(r.RedlockHealthy, lname, d+", 1 node", p50)
 		rs := ratios(d5, d1)
 		add("Redlock 5 nodes vs the same on 1 node (reported, no target)",
@@ -324,9 +336,9 @@ func (r *Report) targets(d string) []Target {
 		}
 	}
 	if dl != nil && rl != nil {
-		add("Allocations per Acquire+Release on one Redis ≤ redislock's",
-			fmt.Sprintf("%d vs %d allocs/op (%d vs %d B/op)", dl.AllocsPerOp, rl.AllocsPerOp, dl.BytesPerOp, rl.BytesPerOp),
-			dl.AllocsPerOp <= rl.AllocsPerOp)
+		add("Allocations per Acquire+Release on one Redis ≤ 40",
+			fmt.Sprintf("%d allocs/op, %d B/op (redislock: %d allocs/op, %d B/op)", dl.AllocsPerOp, dl.BytesPerOp, rl.AllocsPerOp, rl.BytesPerOp),
+			dl.AllocsPerOp <= 40)
 	}
 	return ts
 }
@@ -410,7 +422,7 @@ func (r *Report) Markdown(charts bool) string {
 			continue
 		}
 		w("## %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
-		t := table{head: []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "errors"}}
+		t := table{head: []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "Redis µs in scripts per pair", "errors"}}
 		for _, l := range r.Libraries {
 			g := func(f func(UncontendedResult) float64) float64 { return median(pick(u.runs, uname, l.Name, f)) }
 			t.add(l.Name, num(g(func(x UncontendedResult) float64 { return x.OpsPerSec })),
@@ -418,6 +430,7 @@ func (r *Report) Markdown(charts bool) string {
 				ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP99) })),
 				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP50) })),
 				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP99) })),
+				fmt.Sprintf("%.2f", g(func(x UncontendedResult) float64 { return x.ScriptUsec })),
 				num(g(func(x UncontendedResult) float64 { return float64(x.Errors) })))
 		}
 		w("%s\n", t)
@@ -478,12 +491,13 @@ func (r *Report) Markdown(charts bool) string {
 
 	if len(r.RedlockHealthy) > 0 {
 		w("## Redlock\n\nUncontended acquire+release from one process, one call at a time. The five servers share the machine's cores with the clients.\n\n")
-		t := table{head: []string{"configuration", "acquire p50", "acquire p99", "acquire max", "errors"}}
+		t := table{head: []string{"configuration", "acquire p50", "acquire p99", "acquire max", "release p50", "errors"}}
 		for _, x := range r.RedlockHealthy[0] {
 			g := func(f func(LatencyResult) float64) float64 { return median(pick(r.RedlockHealthy, lname, x.Label, f)) }
 			t.add(x.Label, ms(g(func(x LatencyResult) float64 { return float64(x.AcqP50) })),
 				ms(g(func(x LatencyResult) float64 { return float64(x.AcqP99) })),
 				ms(g(func(x LatencyResult) float64 { return float64(x.AcqMax) })),
+				ms(g(func(x LatencyResult) float64 { return float64(x.RelP50) })),
 				num(g(func(x LatencyResult) float64 { return float64(x.Errors) })))
 		}
 		w("%s\n", t)

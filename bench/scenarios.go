@@ -29,6 +29,9 @@ type ServerStats struct {
 	Commands int64
 	// CPU is used_cpu_sys + used_cpu_user.
 	CPU time.Duration
+	// Usec is the time Redis spent running scripts (EVAL and EVALSHA,
+	// commandstats' usec), in microseconds.
+	Usec int64
 }
 
 // Stats takes a snapshot of the server's counters.
@@ -50,10 +53,17 @@ func parseStats(info string) ServerStats {
 			if cmd == "info" || strings.HasPrefix(cmd, "config") || cmd == "flushall" {
 				continue
 			}
+			// Usec counts EVAL and EVALSHA only: their time includes the
+			// commands the script runs, which Redis 7 also counts under
+			// their own names.
 			for _, f := range strings.Split(rest, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					st.Commands += n
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok && strings.HasPrefix(cmd, "eval") {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					st.Usec += n
 				}
 			}
 			continue
@@ -127,11 +137,15 @@ type UncontendedResult struct {
 	RelP50     time.Duration
 	RelP99     time.Duration
 	Errors     int64
+	// ScriptUsec is the time Redis spent in scripts per acquire+release
+	// (all pairs of the run, warm-up included), when a Server was given.
+	ScriptUsec float64
 }
 
 // Uncontended runs g goroutines of one process, each acquiring and releasing
-// its own key, for warm + dur; the numbers cover the last dur.
-func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration) (UncontendedResult, error) {
+// its own key, for warm + dur; the numbers cover the last dur. srv, if not
+// nil, is the server of addrs[0], whose script time is measured.
+func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration, srv *Server) (UncontendedResult, error) {
 	res := UncontendedResult{Lib: lib.Name, Goroutines: g}
 	ps, err := startProcesses(lib, addrs, 1, nil)
 	if err != nil {
@@ -144,9 +158,16 @@ func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration) (U
 	ctx, cancel := context.WithDeadline(context.Background(), mEnd.Add(5*time.Second))
 	defer cancel()
 	base := freshKey("u")
+	var before ServerStats
+	if srv != nil {
+		if before, err = srv.Stats(ctx); err != nil {
+			return res, err
+		}
+	}
 	var (
 		mu       sync.Mutex
 		acq, rel []time.Duration
+		pairs    atomic.Int64 // all pairs, warm-up included
 		ops      atomic.Int64
 		errs     atomic.Int64
 		wg       sync.WaitGroup
@@ -173,6 +194,7 @@ func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration) (U
 				if err != nil {
 					errs.Add(1)
 				}
+				pairs.Add(1)
 				if !t0.Before(mStart) && t2.Before(mEnd) {
 					ops.Add(1)
 					if g == 1 || n%8 == 0 { // sample, to bound memory with many goroutines
@@ -188,6 +210,15 @@ func Uncontended(lib Library, addrs []string, g int, warm, dur time.Duration) (U
 		}()
 	}
 	wg.Wait()
+	if srv != nil {
+		after, err := srv.Stats(ctx)
+		if err != nil {
+			return res, err
+		}
+		if n := pairs.Load(); n > 0 {
+			res.ScriptUsec = float64(after.Usec-before.Usec) / float64(n)
+		}
+	}
 	res.Ops = ops.Load()
 	res.OpsPerSec = float64(res.Ops) / dur.Seconds()
 	res.AcqP50, res.AcqP99 = percentile(acq, 50), percentile(acq, 99)
@@ -459,6 +490,7 @@ type LatencyResult struct {
 	AcqP50 time.Duration
 	AcqP99 time.Duration
 	AcqMax time.Duration
+	RelP50 time.Duration
 	RelMax time.Duration
 	Errors int64
 }
@@ -475,7 +507,7 @@ func Latency(lib Library, addrs []string, label string, warm, dur time.Duration,
 	defer closeAll(ps)
 	p := ps[0]
 	key := freshKey("r")
-	var acq []time.Duration
+	var acq, rel []time.Duration
 	start := time.Now()
 	for n := 0; n < maxCalls+100_000; n++ {
 		el := time.Since(start)
@@ -502,11 +534,13 @@ func Latency(lib Library, addrs []string, label string, warm, dur time.Duration,
 		}
 		if el >= warm {
 			acq = append(acq, t1.Sub(t0))
+			rel = append(rel, t2.Sub(t1))
 			res.RelMax = max(res.RelMax, t2.Sub(t1))
 		}
 	}
 	res.Calls = len(acq)
 	res.AcqP50, res.AcqP99 = percentile(acq, 50), percentile(acq, 99)
+	res.RelP50 = percentile(rel, 50)
 	if len(acq) > 0 {
 		res.AcqMax = acq[len(acq)-1]
 	}

@@ -232,6 +232,17 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	return n
 }
 
+// Late receives the answers that arrive after a round returned (an
+// interface, so that a pointer to the caller's state serves without a
+// closure).
+type Late[T any] interface{ Late(Result[T]) }
+
+// LateFunc is a function as a Late.
+type LateFunc[T any] func(Result[T])
+
+// Late calls f.
+func (f LateFunc[T]) Late(r Result[T]) { f(r) }
+
 // Result is one node's answer.
 type Result[T any] struct {
 	Node int
@@ -256,16 +267,16 @@ const MaxInline = time.Second
 // never called for it; otherwise late, if not nil, gets fn's result once fn
 // returns after Call did. fn is given the client to use.
 func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context, c redis.UniversalClient) (T, error), late func(T, error)) (v T, err error, answered, inline bool) {
-	var lateR func(Result[T])
+	var lateR Late[T]
 	if late != nil {
-		lateR = func(r Result[T]) { late(r.Val, r.Err) }
+		lateR = LateFunc[T](func(r Result[T]) { late(r.Val, r.Err) })
 	}
 	r, answered, inline := call(ctx, n, 0, timeout, func(ctx context.Context, _ int, c redis.UniversalClient) (T, error) { return fn(ctx, c) }, lateR)
 	return r.Val, r.Err, answered, inline
 }
 
 // call is Call for node i of a Fanout (fn is given i).
-func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error), late func(Result[T])) (r Result[T], answered, inline bool) {
+func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error), late Late[T]) (r Result[T], answered, inline bool) {
 	r.Node = i
 	c := n.inline(ctx, timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -304,7 +315,7 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	r.Err = ctx.Err()
 	cancel()
 	if late != nil {
-		go func() { late(<-ch) }()
+		go func() { late.Late(<-ch) }()
 	}
 	return r, false, false
 }
@@ -348,7 +359,7 @@ type Missing struct {
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 	fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error),
 	done func(results []Result[T], suspects int) bool,
-	late func(Result[T]),
+	late Late[T],
 ) ([]Result[T], []Missing) {
 	if len(nodes) == 1 {
 		r, answered, inline := call(ctx, nodes[0], 0, timeout, fn, late)
@@ -418,7 +429,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		for ; pending > 0; pending-- {
 			r := <-ch
 			if late != nil {
-				late(r)
+				late.Late(r)
 			}
 		}
 	}()

@@ -47,7 +47,7 @@ func TestFanoutDecidesEarly(t *testing.T) {
 			return 1, nil
 		},
 		func(rs []Result[int], suspects int) bool { ok, _ := okCount(rs); return ok >= 2 },
-		func(r Result[int]) { late <- r })
+		LateFunc[int](func(r Result[int]) { late <- r }))
 	if len(rs) != 2 || len(missing) != 0 {
 		t.Fatalf("results %v, missing %v", rs, missing)
 	}

@@ -32,12 +32,24 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run, to check that everything works (not to judge speed)")
 	reps := flag.Int("reps", 0, "repetitions of each scenario (default 5, 1 with -quick)")
 	out := flag.String("out", "", "directory to write benchmarks.md and the SVG charts into (default: none)")
+	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, idle, allocs, redlock (for a look while working; the report then has gaps, and nothing is written)")
 	flag.Parse()
+	if *only != "" {
+		for _, g := range strings.Split(*only, ",") {
+			onlyGroups[g] = true
+		}
+		*out = ""
+	}
 	if err := run(*quick, *reps, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "dlockbench:", err)
 		os.Exit(1)
 	}
 }
+
+// onlyGroups is the -only flag's groups; empty: all.
+var onlyGroups = map[string]bool{}
+
+func want(group string) bool { return len(onlyGroups) == 0 || onlyGroups[group] }
 
 type quiet struct{}
 
@@ -132,10 +144,13 @@ func run(quick bool, reps int, out string) error {
 
 	// 1. Uncontended.
 	for _, g := range []int{1, 64} {
+		if !want("uncontended") {
+			break
+		}
 		for rep := 0; rep < s.reps; rep++ {
 			var row []bench.UncontendedResult
 			for _, lib := range libs {
-				res, err := bench.Uncontended(lib, addr, g, s.warm, s.dur)
+				res, err := bench.Uncontended(lib, addr, g, s.warm, s.dur, &srv)
 				if err != nil {
 					return err
 				}
@@ -156,6 +171,9 @@ func run(quick bool, reps int, out string) error {
 		w    int
 		hold time.Duration
 	}{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}} {
+		if !want("contended") {
+			break
+		}
 		cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
 		for rep := 0; rep < s.reps; rep++ {
 			var row []bench.ContendedResult
@@ -175,6 +193,9 @@ func run(quick bool, reps int, out string) error {
 	}
 
 	// 3. Idle waiting.
+	if !want("idle") {
+		s.idleReps = 0
+	}
 	for rep := 0; rep < s.idleReps; rep++ {
 		var row []bench.IdleResult
 		for _, lib := range libs {
@@ -189,7 +210,7 @@ func run(quick bool, reps int, out string) error {
 		r.Idle = append(r.Idle, row)
 	}
 	for _, lib := range libs {
-		if !lib.Dlock {
+		if !lib.Dlock || !want("idle") {
 			continue
 		}
 		res, err := bench.Idle(lib, srv, 100, s.idleSettle, s.idleLong)
@@ -202,12 +223,16 @@ func run(quick bool, reps int, out string) error {
 	}
 
 	// 4. Allocations (before the Redlock faults; all nodes healthy).
+	allocLibs := []bench.Library{bench.DlockLibrary(false), bench.DlockLibrary(true), bench.RedsyncFailFastLibrary()}
+	if !want("allocs") {
+		libs, allocLibs = nil, nil
+	}
 	for _, lib := range libs {
 		a := bench.Allocs(lib, addr)
 		log("allocs %-16s %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
 		r.Allocs = append(r.Allocs, a)
 	}
-	for _, lib := range []bench.Library{bench.DlockLibrary(false), bench.DlockLibrary(true), bench.RedsyncFailFastLibrary()} {
+	for _, lib := range allocLibs {
 		a := bench.Allocs(lib, nodeAddrs)
 		log("allocs %-16s 5 nodes %d allocs/op %d B/op", lib.Name, a.AllocsPerOp, a.BytesPerOp)
 		r.Allocs = append(r.Allocs, a)
@@ -226,6 +251,9 @@ func run(quick bool, reps int, out string) error {
 		{bench.DlockLibrary(true), nodeAddrs, "dlock-ctx, 5 nodes"},
 		{bench.RedsyncFailFastLibrary(), nodeAddrs, "redsync-failfast, 5 nodes"},
 		{bench.RedsyncLibrary(false), nodeAddrs, "redsync, 5 nodes"},
+	}
+	if !want("redlock") {
+		return report(r, out)
 	}
 	for rep := 0; rep < s.reps; rep++ {
 		var row []bench.LatencyResult
@@ -261,6 +289,11 @@ func run(quick bool, reps int, out string) error {
 		r.RedlockFaulty = append(r.RedlockFaulty, res)
 	}
 
+	return report(r, out)
+}
+
+// report prints the report, and writes it and its charts to out if set.
+func report(r *bench.Report, out string) error {
 	md := r.Markdown(out != "")
 	fmt.Println(md)
 	if out != "" {
@@ -273,8 +306,11 @@ func run(quick bool, reps int, out string) error {
 		if err := r.Charts(out); err != nil {
 			return err
 		}
-		log("wrote %s", filepath.Join(out, "benchmarks.md"))
+		fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Join(out, "benchmarks.md"))
 	} else {
+		if len(onlyGroups) > 0 {
+			return nil
+		}
 		// Render the charts anyway, so a quick run checks that code too.
 		dir, err := os.MkdirTemp("", "dlockbench-")
 		if err != nil {
