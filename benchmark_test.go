@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -105,4 +106,28 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 			t.Logf("ContextTimeoutEnabled %v: %d allocations per Acquire+Release (%d B)", ctxTimeout, got, r.AllocedBytesPerOp())
 		}
 	}
+}
+
+// BenchmarkAcquireReleaseParallel is BenchmarkAcquireRelease's single case
+// from 64 goroutines, each on its own key.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	l := dlock.New(c)
+	defer l.Close()
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(32) // 64 goroutines on 2 CPUs
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprintf("bench-parallel-%d", n.Add(1))
+		for pb.Next() {
+			k, err := l.Acquire(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = k.Release(ctx)
+		}
+	})
 }
