@@ -57,6 +57,9 @@ type Node struct {
 	// returns a copy of it whose socket deadlines are the timeout (see
 	// bounded).
 	withTimeout func(time.Duration) redis.UniversalClient
+	// batched is the client with which calls run inline when it honours
+	// ctx deadlines: a *redis.Client in a batcher.
+	batched     redis.UniversalClient
 	boundedMu   sync.Mutex
 	boundedList atomic.Pointer[[]boundedClient]
 
@@ -148,7 +151,7 @@ const maxBounded = 8
 // socket deadlines are timeout, or nil if there is none.
 func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
 	if n.HonoursCtx {
-		return n.Client
+		return n.batched
 	}
 	if n.withTimeout == nil {
 		return nil
@@ -174,7 +177,7 @@ func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
 	if len(list) >= maxBounded {
 		return nil
 	}
-	c := n.withTimeout(timeout)
+	c := &batcher{UniversalClient: n.withTimeout(timeout)}
 	list = append(slices.Clip(list), boundedClient{timeout, c})
 	n.boundedList.Store(&list)
 	return c
@@ -212,11 +215,16 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Client:
 		o := c.Options()
 		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
-		if !n.HonoursCtx {
+		if n.HonoursCtx {
+			n.batched = &batcher{UniversalClient: c}
+		} else {
 			n.withTimeout = func(d time.Duration) redis.UniversalClient { return c.WithTimeout(d) }
 		}
 	case *redis.ClusterClient:
 		o := c.Options()
+		if o.ContextTimeoutEnabled {
+			n.batched = c
+		}
 		if len(o.Addrs) > 0 {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
@@ -225,6 +233,9 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Ring:
 		o := c.Options()
 		n.HonoursCtx = o.ContextTimeoutEnabled
+		if n.HonoursCtx {
+			n.batched = c
+		}
 	}
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
