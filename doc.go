@@ -40,8 +40,10 @@
 // outcome is known and waits for a slow node at most a fifth of the TTL (at
 // most 1s; see [WithNodeTimeout]). That bound holds whatever the client's
 // settings: go-redis does not apply context deadlines to socket reads unless
-// ContextTimeoutEnabled is set, so a call to a frozen node runs on its own
-// goroutine and is abandoned at the deadline. A node that left a round
+// ContextTimeoutEnabled is set, so dlock calls one Redis through a copy of
+// the client whose socket deadlines are the node timeout (made with
+// WithTimeout), and each node of a Redlock on its own goroutine, which it
+// abandons at the deadline. A node that left a round
 // unanswered is suspect: later rounds still send it every command but do not
 // wait for it to decide, until it answers again (or 10s have passed).
 //
@@ -78,9 +80,9 @@
 // TTL that a node did not confirm may still run there, after any later
 // command: the lock's validity on that node is then capped at what that
 // TTL gives from the start of the call, until a command sent after every
-// earlier one was answered is confirmed (with go-redis' default client the
-// late answer usually comes; with ContextTimeoutEnabled it does not, and the
-// lock ends at the cap). On a quorum, a renewal that a quorum confirmed also
+// earlier one was answered is confirmed (the late answer usually comes for a
+// call that ran on a helper goroutine, on a Redlock or for a wait longer than
+// 1s; for any other it does not, and the lock ends at the cap). On a quorum, a renewal that a quorum confirmed also
 // takes back the nodes where the key is free (it expired there while the
 // node was away, or a contender of a split vote let it go), so that a lock
 // acquired on a bare majority survives the loss of a minority again.

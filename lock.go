@@ -192,8 +192,9 @@ func (k *Lock) ValidUntil() time.Time {
 // before). A shorter TTL caps the lock's validity on that node at what that
 // TTL gives from the start of the call, and Lost closes before then, unless
 // the node has meanwhile answered every command sent to it and confirmed a
-// later one (with go-redis' default client the late answer usually comes;
-// with ContextTimeoutEnabled it does not, and the lock ends at the cap).
+// later one (the late answer usually comes for a call that ran on a helper
+// goroutine, on a Redlock or for a wait longer than 1s; for any other it
+// does not, and the lock ends at the cap).
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil {
 		return fmt.Errorf("%w: Extend on a nil *Lock", ErrNotHeld)

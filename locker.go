@@ -76,10 +76,15 @@ type Locker struct {
 //
 // Every call to Redis is bounded by the node timeout whatever the client's
 // settings. A client built with ContextTimeoutEnabled applies context
-// deadlines to its reads, and dlock calls it directly; with any other client
-// (go-redis' default) each call runs on a helper goroutine that dlock stops
-// waiting for at the deadline, which costs a goroutine hand-off per call.
-// For the lowest latency, set ContextTimeoutEnabled in the client's options.
+// deadlines to its reads, and dlock calls it directly. go-redis' default
+// options do not: dlock then calls a copy of a *redis.Client made with
+// WithTimeout (the same pool, with the node timeout as its socket deadlines),
+// which it makes the first time it needs it, so hooks added to client after
+// New may not see dlock's commands: add them before. With a Cluster client
+// that does not honour ctx deadlines, each call runs on a helper goroutine
+// that dlock stops waiting for at the deadline (a goroutine hand-off per
+// call). Commands that several goroutines send to the Redis at the same time
+// go out as one pipeline, through the client's pipeline hooks.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) {
 		panic("dlock: New called with a nil client")
@@ -887,7 +892,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	// A node that did not answer in the round answers late (the late
 	// handler then settles what it did), except one called inline (one
-	// Redis, ContextTimeoutEnabled), whose command may run at any time.
+	// Redis, see quorum.Call), whose command may run at any time.
 	lateComes := n > 1 || len(missing) == 0 || !missing[0].Inline
 	if ks != nil {
 		for i, e := range effects {

@@ -10,13 +10,12 @@ import (
 
 // DlockLibrary is dlock with its defaults: New on one address, NewRedlock on
 // several; Acquire waits (woken by the release), Release. With ctxTimeout the
-// go-redis clients are built with ContextTimeoutEnabled, the setup dlock's
-// README recommends for the lowest latency: dlock then calls go-redis
-// directly instead of through its per-node worker goroutines.
+// go-redis clients are built with ContextTimeoutEnabled: dlock then calls
+// them directly instead of through WithTimeout copies (one Redis).
 func DlockLibrary(ctxTimeout bool) Library {
 	name, note := "dlock", "defaults (TTL 30s, auto-renew), default go-redis clients; Acquire waits for the release notification"
 	if ctxTimeout {
-		name, note = "dlock-ctx", "as dlock, with go-redis clients built with ContextTimeoutEnabled: true (the low-latency setup the README recommends)"
+		name, note = "dlock-ctx", "as dlock, with go-redis clients built with ContextTimeoutEnabled: true"
 	}
 	return Library{
 		Name:    name,
