@@ -45,6 +45,12 @@ type Lock struct {
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound
 	firstRel releaseRound
+	// releaseSent is set once the first release round is sent: answers
+	// that come later find the lock dead. answered, while Release waits
+	// for pending answers before sending (see awaitAnswers), is closed
+	// when they are in.
+	releaseSent bool
+	answered    chan struct{}
 	// timer fires at the earlier of renewAt (zero: no renewal due) and the
 	// time the lost-lock signal is due (see untilLost); tick handles both.
 	timer     *time.Timer
@@ -442,7 +448,9 @@ func (k *Lock) record(i int, e effect, refused bool, start, bound time.Time, sho
 // cleanIfDead reports whether the lock is dead (released or lost) and then
 // has node i cleaned up after a command whose answer showed e. k.mu is held.
 func (k *Lock) cleanIfDead(i int, e effect) bool {
-	if !k.lost && !k.released {
+	if !k.lost && (!k.released || !k.releaseSent) {
+		// Alive, or released but the release is not sent yet (it will
+		// run after this command and cover what it set).
 		return false
 	}
 	if p := e.passes(); p > 0 {
@@ -468,6 +476,10 @@ func (k *Lock) lateAnswer(i int, e effect) {
 		if n.unknown == 0 {
 			n.settledAt = time.Now()
 		}
+	}
+	if k.answered != nil && !k.pendingFromLive() {
+		close(k.answered)
+		k.answered = nil
 	}
 }
 
@@ -760,13 +772,56 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	return r
 }
 
+// awaitAnswers, on a quorum, waits a little (a tenth of the round's timeout
+// at most) for the answers still pending from nodes that are not suspect
+// (the nodes an acquisition or a renewal decided without: they usually
+// answer within a millisecond), so that the release sent next runs after
+// those commands and covers what they set. Without the wait each such node
+// would need one more release in the background (see cleaner), which is
+// still what happens when the answer takes longer. On one Redis a command
+// without an answer gives none later, and nothing is waited for. The
+// release is marked as sent when it returns.
+func (k *Lock) awaitAnswers(timeout time.Duration) {
+	k.mu.Lock()
+	if k.releaseSent || k.lost || len(k.nodes) == 1 || !k.pendingFromLive() {
+		k.releaseSent = true
+		k.mu.Unlock()
+		return
+	}
+	k.answered = make(chan struct{})
+	ch := k.answered
+	k.mu.Unlock()
+	t := time.NewTimer(timeout / 10)
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+	k.mu.Lock()
+	k.releaseSent, k.answered = true, nil
+	k.mu.Unlock()
+}
+
+// pendingFromLive reports whether a node that is not suspect has commands
+// of the lock without an answer; k.mu is held.
+func (k *Lock) pendingFromLive() bool {
+	for i, n := range k.nodes {
+		if n.unknown > 0 && !k.l.nodes[i].Suspect() {
+			return true
+		}
+	}
+	return false
+}
+
 // releaseRound deletes the key on every node where it holds the token, and
 // has the nodes it could not confirm, or where a command of the lock may
 // still run, cleaned up in the background.
 func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
-	results, missing := quorum.Fanout(ctx, l.nodes, max(l.nodeTimeout(ttl), 100*time.Millisecond),
+	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
+	k.awaitAnswers(timeout)
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			return l.runRelease(ctx, c, k.names, k.tokenArg, "", true, k.metadata != "")
 		},

@@ -129,7 +129,7 @@ func run(quick bool, reps int, out string) error {
 		Quick:        quick,
 		Reps:         s.reps,
 		Libraries:    libs,
-		NodeTimeout:  500 * time.Millisecond, // dlock's default: TTL/5, at most 500ms
+		NodeTimeout:  time.Second, // dlock's default: TTL/5, at most 1s
 		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s",
 			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime),
 	}

@@ -1,0 +1,108 @@
+package dlock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// releaseCounter counts the release.lua calls a client sends.
+type releaseCounter struct{ n atomic.Int64 }
+
+func (h *releaseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *releaseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestReleaseAwaitsPendingAnswers: on a quorum, a Release right after an
+// Acquire that decided without a slow node waits for that node's answer and
+// then releases it once, instead of releasing at once and cleaning the node
+// up again in the background; the key is gone from every node.
+func TestReleaseAwaitsPendingAnswers(t *testing.T) {
+	servers := dlocktest.StartN(t, 5)
+	proxy, err := dlocktest.NewProxy(servers[4].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	var clients []redis.UniversalClient
+	for _, s := range servers[:4] {
+		c := s.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = slow.Close() })
+	counter := &releaseCounter{}
+	slow.AddHook(counter)
+	clients = append(clients, slow)
+	l, err := NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Scripts loaded everywhere first, so that the slow node's first
+	// command is not a NOSCRIPT round trip more.
+	k, err := l.Acquire(ctx, "pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, l, 4)
+	before := counter.n.Load()
+
+	proxy.SetLatency(30 * time.Millisecond)
+	k, err = l.Acquire(ctx, "pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, l, 4)
+	if n := counter.n.Load() - before; n != 1 {
+		t.Errorf("the slow node got %d releases, want 1", n)
+	}
+	for i, s := range servers {
+		if n, err := s.Client().Exists(ctx, "dlock:{pending}").Result(); err != nil || n != 0 {
+			t.Errorf("node %d: key left (%d, %v)", i, n, err)
+		}
+	}
+}
+
+// waitIdle waits until node i's cleaner has nothing to do.
+func waitIdle(t *testing.T, l *Locker, i int) {
+	t.Helper()
+	c := l.cleaners[i]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		idle := len(c.jobs) == 0 && !c.running
+		c.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cleaner is still busy")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
