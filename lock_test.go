@@ -932,3 +932,40 @@ func TestWakeAfterReconnect(t *testing.T) {
 		t.Fatal("waiter not woken within 5s of a release made while its subscription was down")
 	}
 }
+
+// TestHooksSeeEveryCommand: hooks added to the client before New see every
+// command dlock sends, whatever the client's options (dlock calls a copy of
+// a default client only if the copy keeps its hooks).
+func TestHooksSeeEveryCommand(t *testing.T) {
+	s := dlocktest.Start(t)
+	for _, ctxTimeout := range []bool{false, true} {
+		var sent dlocktest.Counter
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: ctxTimeout})
+		c.AddHook(&sent)
+		l := dlock.New(c)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					k, err := l.Acquire(ctx(t), fmt.Sprintf("hooks-%d", g))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := k.Release(ctx(t)); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		_ = l.Close()
+		_ = c.Close()
+		// Every Acquire and Release sends one script call at least.
+		if n := sent.Load(); n < 8*20*2 {
+			t.Errorf("ContextTimeoutEnabled %v: the hook saw %d commands, want at least %d", ctxTimeout, n, 8*20*2)
+		}
+	}
+}

@@ -76,15 +76,18 @@ type Locker struct {
 //
 // Every call to Redis is bounded by the node timeout whatever the client's
 // settings. A client built with ContextTimeoutEnabled applies context
-// deadlines to its reads, and dlock calls it directly. go-redis' default
-// options do not: dlock then calls a copy of a *redis.Client made with
-// WithTimeout (the same pool, with the node timeout as its socket deadlines),
-// which it makes the first time it needs it, so hooks added to client after
-// New may not see dlock's commands: add them before. With a Cluster client
-// that does not honour ctx deadlines, each call runs on a helper goroutine
-// that dlock stops waiting for at the deadline (a goroutine hand-off per
-// call). Commands that several goroutines send to the Redis at the same time
-// go out as one pipeline, through the client's pipeline hooks.
+// deadlines to its reads, and dlock calls it directly (the fastest setup).
+// go-redis' default options do not: dlock then calls a copy of a
+// *redis.Client made with WithTimeout (the same pool, with the node timeout
+// as its socket deadlines), which it makes the first time it needs it, so
+// hooks added to client after New may not see dlock's commands: add them
+// before. Where the go-redis version makes such copies without the client's
+// hooks (v9.23 does), and with a Cluster client that does not honour ctx
+// deadlines, each call runs on a helper goroutine instead, which dlock stops
+// waiting for at the deadline (a goroutine hand-off per call), so that the
+// hooks see every command. Commands that several goroutines send to the
+// Redis at the same time go out as one pipeline, through the client's
+// pipeline hooks.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) {
 		panic("dlock: New called with a nil client")
@@ -451,14 +454,13 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	}
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
-	select {
-	case ks.head <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
-	case <-l.done:
-		return nil, closedErr(key)
+	if err := ks.enter(ctx, l.done); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil, closedErr(key)
+		}
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
-	defer func() { <-ks.head }()
+	defer ks.exit()
 
 	timerWakes, splits, errWakes := 0, 0, 0
 	// last is the last attempt that ctx did not cut short: when ctx ends,

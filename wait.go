@@ -24,10 +24,11 @@ type keyState struct {
 	// comes later is settled on its own.
 	gone bool
 
-	// head is the local queue: the goroutine that holds its one slot is the
-	// only one of this Locker that talks to Redis for the key; the others
-	// wait their turn in arrival order (a blocked channel send is FIFO).
-	head chan struct{}
+	// The local queue: the goroutine at its head (busy) is the only one of
+	// this Locker that talks to Redis for the key; the others wait their
+	// turn in queue, in arrival order (guarded by mu; see enter).
+	busy  bool
+	queue []chan struct{}
 	// wake is signalled when a release woke this process's waiter, when it
 	// stands in for a woken waiter that did not come, and after the inbox
 	// subscription came back from a reconnection.
@@ -66,7 +67,6 @@ func (l *Locker) keyState(key string) *keyState {
 		n := len(l.nodes)
 		ks = &keyState{
 			l: l, key: key, names: l.names(key),
-			head:  make(chan struct{}, 1),
 			wake:  make(chan struct{}, 1),
 			nodes: make([]nodeWait, n),
 		}
@@ -101,6 +101,58 @@ func (l *Locker) putKeyState(ks *keyState) {
 	ks.gone = true
 	ks.leave()
 	ks.mu.Unlock()
+}
+
+// enter waits until the caller is at the head of the key's local queue,
+// which goroutines reach in the order they called enter (an explicit FIFO,
+// as golang.org/x/sync/semaphore keeps: the order in which blocked channel
+// operations proceed is not specified). It returns ctx's error, or
+// ErrClosed's, if the wait ends first; a goroutine that gives up leaves the
+// queue, and one made head as it gave up passes the head on. The head calls
+// exit when done.
+func (ks *keyState) enter(ctx context.Context, closed <-chan struct{}) error {
+	ks.mu.Lock()
+	if !ks.busy {
+		ks.busy = true
+		ks.mu.Unlock()
+		return nil
+	}
+	turn := make(chan struct{})
+	ks.queue = append(ks.queue, turn)
+	ks.mu.Unlock()
+	var err error
+	select {
+	case <-turn:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-closed:
+		err = ErrClosed
+	}
+	ks.mu.Lock()
+	for i, t := range ks.queue {
+		if t == turn {
+			ks.queue = append(ks.queue[:i], ks.queue[i+1:]...)
+			ks.mu.Unlock()
+			return err
+		}
+	}
+	ks.mu.Unlock()
+	// Made head as it gave up: pass it on.
+	ks.exit()
+	return err
+}
+
+// exit hands the head of the local queue to the next goroutine in it.
+func (ks *keyState) exit() {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if len(ks.queue) == 0 {
+		ks.busy = false
+		return
+	}
+	close(ks.queue[0])
+	ks.queue = ks.queue[1:]
 }
 
 // nodeReg is what an attempt passes to one node about the waiter.

@@ -7,7 +7,8 @@
 // frozen node waits for ReadTimeout (3s). A short call therefore runs inline
 // only on a client whose socket deadlines bound it: one that honours ctx
 // deadlines, or a copy of a *redis.Client made with WithTimeout (it shares
-// the pool and sets the call's timeout as its socket deadlines). Any other
+// the pool and sets the call's timeout as its socket deadlines), where such
+// a copy keeps the client's hooks (see withTimeoutKeepsHooks). Any other
 // call runs on a worker goroutine, and the caller stops waiting at the
 // deadline. The abandoned call finishes in the background when go-redis
 // gives up, and its result is handed to a late handler so that, for
@@ -57,8 +58,9 @@ type Node struct {
 	// returns a copy of it whose socket deadlines are the timeout (see
 	// bounded).
 	withTimeout func(time.Duration) redis.UniversalClient
-	// batched is the client with which calls run inline when it honours
-	// ctx deadlines: a *redis.Client in a batcher.
+	// batched is Client in a batcher (a *redis.Client), else Client: calls
+	// that run on a worker use it, and so do inline calls when it honours
+	// ctx deadlines.
 	batched     redis.UniversalClient
 	boundedMu   sync.Mutex
 	boundedList atomic.Pointer[[]boundedClient]
@@ -183,6 +185,50 @@ func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
 	return c
 }
 
+// workerClient returns the client with which a call runs on a worker.
+func (n *Node) workerClient() redis.UniversalClient {
+	if n.batched != nil {
+		return n.batched
+	}
+	return n.Client
+}
+
+// withTimeoutKeepsHooks reports whether a copy made with (*redis.Client).
+// WithTimeout runs the hooks added to the client before. Some go-redis
+// versions build the copy without them: commands sent through it would be
+// hidden from the application's tracing and metrics hooks, so such copies
+// are not used, and calls on clients that do not honour ctx deadlines run on
+// a worker. Found out once, without a network: a client whose dialer fails
+// at once.
+var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
+	c := redis.NewClient(&redis.Options{
+		Addr:       "probe:0",
+		MaxRetries: -1,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("no network: a probe")
+		},
+	})
+	defer c.Close()
+	var seen atomic.Bool
+	c.AddHook(probeHook{&seen})
+	_ = c.WithTimeout(time.Second).Process(context.Background(), redis.NewCmd(context.Background(), "ping"))
+	return seen.Load()
+})
+
+// probeHook records that a command went through the hooks.
+type probeHook struct{ seen *atomic.Bool }
+
+func (h probeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.seen.Store(true)
+		return next(ctx, cmd)
+	}
+}
+func (h probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // inline returns the client with which a call with this timeout on ctx runs
 // inline, or nil if it runs on a worker (see Call).
 func (n *Node) inline(ctx context.Context, timeout time.Duration) redis.UniversalClient {
@@ -215,16 +261,13 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Client:
 		o := c.Options()
 		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
-		if n.HonoursCtx {
-			n.batched = &batcher{UniversalClient: c}
-		} else {
+		n.batched = &batcher{UniversalClient: c}
+		if !n.HonoursCtx && withTimeoutKeepsHooks() {
 			n.withTimeout = func(d time.Duration) redis.UniversalClient { return c.WithTimeout(d) }
 		}
 	case *redis.ClusterClient:
 		o := c.Options()
-		if o.ContextTimeoutEnabled {
-			n.batched = c
-		}
+		n.batched = c
 		if len(o.Addrs) > 0 {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
@@ -233,9 +276,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Ring:
 		o := c.Options()
 		n.HonoursCtx = o.ContextTimeoutEnabled
-		if n.HonoursCtx {
-			n.batched = c
-		}
+		n.batched = c
 	}
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
@@ -306,7 +347,7 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	ch := make(chan Result[T], 1)
 	n.run(func() {
-		v, err := fn(ctx, i, n.Client)
+		v, err := fn(ctx, i, n.workerClient())
 		n.failed(err)
 		ch <- Result[T]{Node: i, Val: v, Err: err}
 	})
@@ -392,7 +433,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspectBefore[i] = true
 		}
 		n.run(func() {
-			v, err := fn(ctx, i, n.Client)
+			v, err := fn(ctx, i, n.workerClient())
 			nodes[i].answered(err)
 			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}
