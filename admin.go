@@ -53,6 +53,8 @@ type NodeStatus struct {
 	// Err is the node's failure when it could not be asked (wrap it in a
 	// *NodeError to name the node); the other fields are then zero.
 	Err error
+
+	token string // the key's value (for Leader)
 }
 
 // Status reports the state of the lock named key on every node, waiting at
@@ -89,6 +91,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			if v, err := get.Result(); err == nil {
 				ns.Held = true
 				ns.Reserved = len(v) > 0 && v[0] == '~'
+				ns.token = v
 				ns.TTL = pttl.Val()
 				if ns.TTL < 0 {
 					ns.TTL = -1

@@ -326,6 +326,26 @@ func TestACLFromREADME(t *testing.T) {
 	if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Release after a force release: %v", err)
 	}
+	// Leader election: announcements and observers on the leader channel.
+	octx, stop := context.WithCancel(ctx(t))
+	defer stop()
+	obs := b.Observe(octx, "lead")
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("Observe: %+v before any leader", ld)
+	}
+	lead, err := a.Campaign(ctx(t), "lead", "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-obs; ld.Value != "host-a" || ld.Term != lead.Fence() {
+		t.Fatalf("Observe: %+v, want host-a at term %d", ld, lead.Fence())
+	}
+	if err := lead.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("Observe after the resignation: %+v", ld)
+	}
 	if denied := admin.Do(ctx(t), "ACL", "LOG").Val(); denied != nil && len(denied.([]any)) > 0 {
 		t.Errorf("the ACL log has denials: %v", denied)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type Lock struct {
 	fence     uint64
 	autoRenew bool
 	metadata  string
+	election  bool // a leadership (Campaign): Release announces the resignation
 
 	// ops serialises the rounds that set the TTL (renewal and Extend), so
 	// that the validity always reflects the round that ran last. A channel,
@@ -762,6 +764,12 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	err := roundErr
 	if wasLost {
 		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
+	}
+	k.mu.Lock()
+	announce := first && k.election && !wasLost
+	k.mu.Unlock()
+	if announce {
+		k.l.announce(k.key, "V "+strconv.FormatUint(k.fence, 10))
 	}
 	k.mu.Lock()
 	r.roundErr, r.err, r.finished = roundErr, err, true

@@ -77,15 +77,24 @@ local token, metadata = ARGV[1], ARGV[4]
 local waiter = ARGV[5] or ''
 local queued = ARGV[8] == '1'
 
-local c = redis.call('GET', KEYS[2])
-if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
-  return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+-- The counter, read (and checked) before the lock is written.
+local function counter()
+  local c = redis.call('GET', KEYS[2])
+  if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
+    return false, redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+  end
+  return c
 end
 
--- granted: the lock is now ours (nil: not yet decided). v: the lock's value
--- when it was not free.
-local granted, v = nil, false
+-- granted: the lock is now ours. v: the lock's value when it was not free.
+-- c: the fence counter, read once the lock is known to be grantable.
+local granted, v, c, bad = false, false, false, nil
 if waiter == '' then
+  -- Most likely free: try the write at once, once nothing after it can fail.
+  c, bad = counter()
+  if bad then
+    return bad
+  end
   if metadata ~= '' and wrongType(KEYS[5], 'hash') then
     return refuseWrongTypes(false, true)
   end
@@ -99,8 +108,13 @@ if waiter == '' then
     end
   end
 else
+  -- Most likely held: look first.
   v = redis.call('GET', KEYS[1])
   if v == false or v == token or v == '~' .. waiter then
+    c, bad = counter()
+    if bad then
+      return bad
+    end
     local refused = refuseWrongTypes(queued, metadata ~= '')
     if refused then
       return refused

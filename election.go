@@ -1,0 +1,360 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// ErrNoLeader is wrapped by the error of Leader when the election has no
+// leader.
+var ErrNoLeader = errors.New("dlock: no leader")
+
+// Leader is the leader of an election: the value it published when it won
+// (Campaign) and its term, the fence of its leadership. The zero Leader means
+// that there is none.
+type Leader struct {
+	Value string
+	Term  uint64
+}
+
+// Campaign blocks until the caller is the leader of the election named key,
+// or ctx ends, and publishes value (an address, a host name: at most
+// MaxMetadata bytes, not empty) as the leader's value. An election is a lock
+// (Acquire) whose holder's metadata is its value; opts are Acquire's, and
+// WithMetadata among them is ignored. Candidates wait as waiters for a lock
+// do: in order of arrival, woken by a resignation, not polling.
+//
+// The returned *Lock is the leadership: its Fence is the term, larger than
+// every earlier term; Lost closes when leadership can no longer be guaranteed
+// (the leader must stop acting as leader then); Release resigns, and the next
+// candidate takes over at once. Observers (Observe) are told of the new term
+// when Campaign returns. On failure the error is Acquire's: it wraps
+// ErrNotAcquired and ctx's error when ctx ended first.
+func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOption) (*Lock, error) {
+	if value == "" {
+		return nil, invalid("a leader's value must not be empty")
+	}
+	all := make([]LockOption, 0, len(opts)+1)
+	all = append(all, opts...)
+	all = append(all, WithMetadata(value))
+	k, err := l.Acquire(ctx, key, all...)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.election = true
+	k.mu.Unlock()
+	l.announce(key, "L "+strconv.FormatUint(k.fence, 10)+" "+value)
+	return k, nil
+}
+
+// electionChannel is the pub/sub channel on which an election's changes are
+// announced.
+func (l *Locker) electionChannel(key string) string { return l.cfg.prefix + "leader:" + key }
+
+// announce publishes msg on the election's channel on every node, waiting at
+// most the node timeout. It is a hint for observers, who read the leader
+// again when one is missed: a failure is not an error.
+func (l *Locker) announce(key, msg string) {
+	ch := l.electionChannel(key)
+	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
+		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+			return c.Publish(ctx, ch, msg).Result()
+		},
+		func([]quorum.Result[int64], int) bool { return false }, nil)
+}
+
+// Leader returns the current leader of the election named key: the holder
+// of the lock on a quorum of nodes, with the value it published and its term.
+// It returns an error wrapping ErrNoLeader when there is none (the lock is
+// free, or reserved for a candidate that is taking over), ErrUnavailable when
+// too few nodes answered, ErrInvalid for an invalid key. A leader is a
+// snapshot: it may have resigned or lost the lock by the time Leader returns.
+// On a quorum the term is the largest fence counter among the nodes that hold
+// the leader's lock, the leader's fence unless a node counted further while
+// it was away.
+func (l *Locker) Leader(ctx context.Context, key string) (Leader, error) {
+	ld, _, err := l.leader(ctx, key)
+	return ld, err
+}
+
+// leader is Leader, with the shortest remaining TTL of the leader's lock
+// among the nodes that hold it.
+func (l *Locker) leader(ctx context.Context, key string) (Leader, time.Duration, error) {
+	st, err := l.Status(ctx, key)
+	if err != nil {
+		return Leader{}, 0, err
+	}
+	answered := 0
+	held := map[string]int{}
+	for _, ns := range st.Nodes {
+		if ns.Err != nil {
+			continue
+		}
+		answered++
+		if ns.Held && !ns.Reserved {
+			held[ns.token]++
+		}
+	}
+	for token, n := range held {
+		if n < l.quorum {
+			continue
+		}
+		var ld Leader
+		var ttl time.Duration
+		for _, ns := range st.Nodes {
+			if ns.Err == nil && ns.token == token {
+				ld.Term = max(ld.Term, ns.Fence)
+				if ld.Value == "" {
+					ld.Value = ns.Metadata
+				}
+				if ttl == 0 || (ns.TTL > 0 && ns.TTL < ttl) {
+					ttl = ns.TTL
+				}
+			}
+		}
+		return ld, ttl, nil
+	}
+	if answered < l.quorum {
+		return Leader{}, 0, fmt.Errorf("%w: leader of %q: %d of %d nodes answered, %d needed", ErrUnavailable, key, answered, len(l.nodes), l.quorum)
+	}
+	return Leader{}, 0, fmt.Errorf("%w: %q", ErrNoLeader, key)
+}
+
+// Observe watches the election named key. It sends the current leader at
+// once (the zero Leader if there is none), then every change in order: a new
+// term, and a vacancy (the zero Leader) when the leader resigned or its lock
+// expired. Changes are announced on a pub/sub channel; besides, once the
+// leader's lock would have expired, Observe reads the leader again, which
+// catches a leader that died without resigning (one read per TTL of the
+// leader's lock, at most). The channel is closed when ctx ends or the Locker
+// is closed; an invalid key closes it at once.
+//
+// Changes are kept for a reader that falls behind, up to 64: one further
+// behind loses the oldest of them. Changes are never reordered, and the
+// terms a reader receives always increase. Announcements can be missed
+// (a reconnection, a node that was away): then the next read of the leader,
+// at the latest when the lock would have expired, brings the observer up to
+// date. On a quorum, a vacancy shorter than the nodes' delivery skew may be
+// folded into the next term. Each Observe holds one pub/sub connection per
+// node.
+func (l *Locker) Observe(ctx context.Context, key string) <-chan Leader {
+	out := make(chan Leader)
+	if l.checkKey(key) != nil || l.isClosed() {
+		close(out)
+		return out
+	}
+	o := &observer{l: l, key: key, out: out, events: make(chan string, 16)}
+	ch := l.electionChannel(key)
+	for _, n := range l.nodes {
+		ps := n.Client.Subscribe(ctx, ch)
+		o.subs = append(o.subs, ps)
+	}
+	go o.run(ctx)
+	return out
+}
+
+// observer is one Observe call.
+type observer struct {
+	l      *Locker
+	key    string
+	out    chan Leader
+	subs   []*redis.PubSub
+	events chan string // announcements from every node
+}
+
+func (o *observer) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, ps := range o.subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs := ps.Channel()
+			for {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					select {
+					case o.events <- m.Payload:
+					case <-stop:
+						return
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		for _, ps := range o.subs {
+			_ = ps.Close()
+		}
+		wg.Wait()
+		close(o.out)
+	}()
+
+	// The current leader first.
+	var st electionState
+	for {
+		if st.read(ctx, o.l, o.key) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(errorRetry(o.l.nodeTimeout(DefaultTTL), 0)):
+		case <-ctx.Done():
+		case <-o.l.done:
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	// queue holds the changes not sent yet, oldest first (at most
+	// observeQueue: a reader further behind loses the oldest).
+	queue := []Leader{st.cur}
+	push := func(before Leader) {
+		if st.cur == before {
+			return
+		}
+		if len(queue) == observeQueue {
+			queue = queue[1:]
+		}
+		queue = append(queue, st.cur)
+	}
+	check := time.NewTimer(st.next)
+	defer check.Stop()
+	errWait := 0
+	for {
+		var out chan Leader
+		var next Leader
+		if len(queue) > 0 {
+			out, next = o.out, queue[0]
+		}
+		select {
+		case out <- next:
+			queue = queue[1:]
+		case p := <-o.events:
+			before := st.cur
+			if st.apply(p) {
+				push(before)
+				if st.cur.Term == 0 {
+					check.Reset(0) // a vacancy: make sure, and look for the next leader
+				}
+			}
+		case <-check.C:
+			if len(o.events) > 0 {
+				// Announcements first: a read must not jump over them.
+				check.Reset(announceGrace / 4)
+				continue
+			}
+			before := st.cur
+			if st.read(ctx, o.l, o.key) {
+				errWait = 0
+			} else {
+				if ctx.Err() != nil {
+					return
+				}
+				// Nodes unavailable: try again on a backoff.
+				st.next = errorRetry(o.l.nodeTimeout(DefaultTTL), errWait)
+				errWait++
+			}
+			push(before)
+			check.Reset(st.next)
+		case <-ctx.Done():
+			return
+		case <-o.l.done:
+			return
+		}
+	}
+}
+
+// observeQueue is how many changes an observer keeps for a reader that is
+// behind.
+const observeQueue = 64
+
+// electionState is what an observer knows of an election.
+type electionState struct {
+	cur  Leader // the current leader; zero: none
+	seen uint64 // the largest term known
+	// vacated: the term seen has ended (resigned, or its lock is gone).
+	vacated bool
+	// next is when to read the leader again: once the leader's lock would
+	// have expired without a renewal, or after observerFallback without one.
+	next time.Duration
+	// unannounced is a term that a read found and no announcement told of
+	// yet: it is taken after announceGrace, if its announcement (or those
+	// of terms before it) did not come meanwhile.
+	unannounced uint64
+}
+
+// announceGrace is how long an observer that read a term it was not told of
+// waits for the announcements in flight before it takes that term, so that
+// the terms in between are not skipped.
+const announceGrace = 200 * time.Millisecond
+
+// observerFallback is how often an observer reads an election that has no
+// leader, in case an announcement was missed.
+const observerFallback = 15 * time.Second
+
+// read reads the leader and updates the state; it reports false when the
+// nodes could not tell.
+func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
+	ld, ttl, err := l.leader(ctx, key)
+	switch {
+	case err == nil:
+		s.next = max(ttl, time.Millisecond) + 10*time.Millisecond
+		if ld.Term > s.seen {
+			if s.seen != 0 && s.unannounced != ld.Term {
+				// Its announcement may be on its way, with those of
+				// terms before it: look again shortly.
+				s.unannounced, s.next = ld.Term, announceGrace
+				return true
+			}
+			s.cur, s.seen, s.vacated = ld, ld.Term, false
+		}
+		s.unannounced = 0
+		return true
+	case errors.Is(err, ErrNoLeader):
+		if !s.vacated {
+			s.cur, s.vacated = Leader{}, true
+		}
+		s.next = observerFallback
+		return true
+	}
+	return false
+}
+
+// apply updates the state with the announcement p, and reports whether it
+// changed: "L TERM VALUE", a leader won TERM; "V TERM", the leader of TERM
+// resigned. An announcement of an older term than the largest known is
+// stale.
+func (s *electionState) apply(p string) bool {
+	kind, rest, _ := strings.Cut(p, " ")
+	termS, value, _ := strings.Cut(rest, " ")
+	term, err := strconv.ParseUint(termS, 10, 64)
+	if err != nil {
+		return false
+	}
+	switch {
+	case kind == "L" && term > s.seen && value != "":
+		s.cur, s.seen, s.vacated = Leader{Value: value, Term: term}, term, false
+		return true
+	case kind == "V" && term == s.seen && !s.vacated:
+		s.cur, s.vacated = Leader{}, true
+		return true
+	}
+	return false
+}
