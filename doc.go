@@ -91,7 +91,7 @@
 //
 // Every acquisition returns a fence ([Lock.Fence]) that is larger than the
 // fence of every earlier acquisition of the same key. On one Redis it is
-// taken in the acquire script: the larger of the counter + 1 (INCR) and the
+// taken in the acquire script: the larger of the counter + 1 and the
 // server's time in microseconds rounded down to the second while the
 // counter exists, and the server's time in microseconds when it does not
 // (its first use, or after it was lost). The floor keeps fences increasing
@@ -104,9 +104,9 @@
 // a counter started again from the clock — after its retention, an eviction,
 // or a restart without data — is larger than every fence issued before, as
 // long as the clock has not stepped back meanwhile. The arithmetic is exact
-// for every 64-bit value (the counter is read back as a string, never
-// through a Lua number), and an increment that fails (a counter that is not
-// a positive integer, or at 2^63-1) changes nothing.
+// for every 64-bit value (the counter is incremented as a decimal string,
+// never through a Lua number), and an acquisition that finds a counter that
+// is not a positive integer, or at 2^63-1, fails and changes nothing.
 //
 // Over a quorum each node takes its own; the fence is the largest value the
 // granting nodes returned, and before Acquire returns, the nodes of the
@@ -172,6 +172,28 @@
 // shutdown does not keep the fleet waiting for a TTL: each holder is told
 // first ([Lock.Lost] closes, [Locker.Do]'s function is cancelled), then the
 // key is released. Waiting calls return [ErrClosed].
+//
+// # Order
+//
+// On one Redis, waiting processes acquire in the order in which they started
+// waiting: the release wakes the first live registration and reserves the
+// lock for it. Goroutines of one Locker waiting for the same key queue in an
+// explicit FIFO, and only the first of them talks to Redis. A waiter that
+// stops answering (its process died or froze) is skipped after the stand-in
+// delay, 150ms after the release that woke it. Over a Redlock each node
+// keeps its own queue and reserves nothing (contenders would split the
+// votes), so arrival order is a tendency there, not a guarantee.
+//
+// # Leader election
+//
+// [Locker.Campaign] is Acquire on the election's key with the candidate's
+// value as metadata: candidates wait as waiters do, the leadership is the
+// returned [Lock], and its fence is the term. The winner announces "term,
+// value" on the election's pub/sub channel ("dlock:leader:KEY"), and a
+// resignation ([Lock.Release]) announces the vacancy. [Locker.Leader] reads
+// the holder of the key on a quorum. [Locker.Observe] streams the changes:
+// from the announcements, and from a read of the leader once its lock would
+// have expired, which catches a leader that died without resigning.
 //
 // # Limits
 //

@@ -193,3 +193,37 @@ func TestLeaderNone(t *testing.T) {
 		t.Fatalf("Campaign with an empty value: %v, want ErrInvalid", err)
 	}
 }
+
+// TestElectionRedlock: over three masters, the leader is the holder of a
+// quorum, with the term its Campaign returned; observers see it come and go,
+// also with one node frozen.
+func TestElectionRedlock(t *testing.T) {
+	a, servers, _ := redlock(t, 3)
+	octx, stop := context.WithCancel(ctx(t))
+	defer stop()
+	obs := a.Observe(octx, "el")
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("first: %+v", ld)
+	}
+	thaw := freeze(t, servers[2])
+	defer thaw()
+	k, err := a.Campaign(ctx(t), "el", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-obs; ld.Value != "node-a" || ld.Term != k.Fence() {
+		t.Fatalf("observed %+v, want node-a at term %d", ld, k.Fence())
+	}
+	if ld, err := a.Leader(ctx(t), "el"); err != nil || ld.Value != "node-a" || ld.Term != k.Fence() {
+		t.Fatalf("Leader: %+v, %v", ld, err)
+	}
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("after the resignation: %+v", ld)
+	}
+	if _, err := a.Leader(ctx(t), "el"); !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatalf("Leader after the resignation: %v", err)
+	}
+}

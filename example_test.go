@@ -189,3 +189,53 @@ func ExampleErrMisconfigured() {
 	// misconfigured: waiting will not help; fix it
 	// unavailable: too few Redis nodes answered; transient
 }
+
+// ExampleLocker_Campaign: a leader works under Lost, passes its term to
+// storage as a fence, and resigns; an observer sees the leadership come and
+// go.
+func ExampleLocker_Campaign() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+	ctx := context.Background()
+
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes := locker.Observe(octx, "example:scheduler")
+	fmt.Printf("leader at first: %q\n", (<-changes).Value)
+
+	leadership, err := locker.Campaign(ctx, "example:scheduler", "host-a:8080")
+	if err != nil {
+		fmt.Println("not elected:", err)
+		return
+	}
+	fmt.Printf("observed: %q\n", (<-changes).Value)
+
+	// The work of a leader: each write carries the term, which storage
+	// checks (it refuses a term lower than the largest it has seen), and the
+	// leader stops as soon as leadership can no longer be guaranteed.
+	term := leadership.Fence()
+	for range 3 {
+		select {
+		case <-leadership.Lost():
+			fmt.Println("lost the leadership: stop")
+			return
+		default:
+		}
+		_ = term // e.g. UPDATE jobs SET ..., term = $term WHERE term <= $term
+	}
+
+	if ld, err := locker.Leader(ctx, "example:scheduler"); err == nil && ld.Term == term {
+		fmt.Println("Leader agrees:", ld.Value)
+	}
+	if err := leadership.Release(ctx); err != nil {
+		fmt.Println("resign:", err)
+	}
+	fmt.Printf("after resigning: %q\n", (<-changes).Value)
+	// Output:
+	// leader at first: ""
+	// observed: "host-a:8080"
+	// Leader agrees: host-a:8080
+	// after resigning: ""
+}
