@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,8 +32,21 @@ type Status struct {
 	// Metadata is the holder's metadata (WithMetadata), from the first node
 	// that has it; "" when there is none.
 	Metadata string
+	// Limit is a semaphore's limit (WithLimit) while it has holders, from
+	// the first node that has one; 0 for a lock, or a key nobody holds.
+	Limit int
+	// Permits are a semaphore's holders, from the node that has the most.
+	Permits []Permit
 	// Nodes has one entry per node, in the order of the clients.
 	Nodes []NodeStatus
+}
+
+// Permit is one holder of a semaphore (WithLimit), as Status reports it.
+type Permit struct {
+	// Metadata is the holder's metadata (WithMetadata), or "".
+	Metadata string
+	// TTL is how long the permit has left unless it is renewed.
+	TTL time.Duration
 }
 
 // NodeStatus is one node's view of a lock.
@@ -50,6 +65,9 @@ type NodeStatus struct {
 	Waiters int64
 	// Metadata is the holder's metadata on the node, or "".
 	Metadata string
+	// Limit and Permits describe a semaphore on the node (see Status).
+	Limit   int
+	Permits []Permit
 	// Err is the node's failure when it could not be asked (wrap it in a
 	// *NodeError to name the node); the other fields are then zero.
 	Err error
@@ -68,26 +86,50 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		return Status{}, err
 	}
 	nm := l.names(key)
-	lockKey, fenceKey, waitersKey, metaKey := nm.lock, nm.fence, nm.waiters, nm.meta
+	lockKey, fenceKey, waitersKey, metaKey, limitKey := nm.lock, nm.fence, nm.waiters, nm.meta, nm.limit
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
-			var get, fence *redis.StringCmd
+			var get, fence, limit *redis.StringCmd
 			var pttl *redis.DurationCmd
 			var waiters *redis.IntCmd
 			var meta *redis.MapStringStringCmd
+			var permits *redis.ZSliceCmd
+			var now *redis.TimeCmd
 			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				get = p.Get(ctx, lockKey)
 				pttl = p.PTTL(ctx, lockKey)
 				fence = p.Get(ctx, fenceKey)
 				waiters = p.ZCard(ctx, waitersKey)
 				meta = p.HGetAll(ctx, metaKey)
+				permits = p.ZRangeWithScores(ctx, lockKey, 0, -1) // a semaphore
+				limit = p.Get(ctx, limitKey)
+				now = p.Time(ctx)
 				return nil
 			})
-			if err != nil && !errors.Is(err, redis.Nil) {
+			// GET or ZRANGE answers WRONGTYPE, whichever the key is not;
+			// both do for a key of another type.
+			if err != nil && !errors.Is(err, redis.Nil) && (!redis.HasErrorPrefix(err, "WRONGTYPE") ||
+				(redis.HasErrorPrefix(get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(permits.Err(), "WRONGTYPE"))) {
 				return NodeStatus{}, err
 			}
 			var ns NodeStatus
+			if zs, err := permits.Result(); err == nil && len(zs) > 0 {
+				nowMS := now.Val().UnixMilli()
+				for _, z := range zs {
+					m, _ := z.Member.(string)
+					left := time.Duration(int64(z.Score)-nowMS) * time.Millisecond
+					if left <= 0 || strings.HasPrefix(m, "~") {
+						continue // expired, or reserved for a woken waiter
+					}
+					ns.Permits = append(ns.Permits, Permit{Metadata: meta.Val()[m], TTL: left})
+					if ns.TTL == 0 || left < ns.TTL {
+						ns.TTL = left
+					}
+				}
+				ns.Held = len(ns.Permits) > 0
+				ns.Limit, _ = strconv.Atoi(limit.Val())
+			}
 			if v, err := get.Result(); err == nil {
 				ns.Held = true
 				ns.Reserved = len(v) > 0 && v[0] == '~'
@@ -132,12 +174,18 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		if st.Metadata == "" {
 			st.Metadata = ns.Metadata
 		}
+		if st.Limit == 0 {
+			st.Limit = ns.Limit
+		}
+		if len(ns.Permits) > len(st.Permits) {
+			st.Permits = ns.Permits
+		}
 	}
 	for _, m := range missing {
 		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: m.Err}
 	}
 	o.missed(l, missing)
-	st.Held = held >= l.quorum
+	st.Held = held >= l.quorumFor(st.Limit)
 	if class := o.class(ErrNotAcquired); class != nil {
 		return st, o.wrap(class, fmt.Sprintf("status %q: no node answered", key))
 	}
@@ -174,6 +222,22 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 			// value changed in between.
 			for range 3 {
 				v, err := c.Get(ctx, nm.lock).Result()
+				if redis.HasErrorPrefix(err, "WRONGTYPE") {
+					// A semaphore: release every permit.
+					ms, err := c.ZRange(ctx, nm.lock, 0, -1).Result()
+					if err != nil {
+						return 0, err
+					}
+					var held int64
+					for _, m := range ms {
+						n, err := l.runRelease(ctx, c, nm, m, "", true, true)
+						if err != nil {
+							return held, err
+						}
+						held |= n
+					}
+					return held, nil
+				}
 				if errors.Is(err, redis.Nil) {
 					return 0, nil
 				}

@@ -222,9 +222,10 @@ func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
 	if j.ttl > 0 {
 		timeout = max(l.nodeTimeout(j.ttl), 100*time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(l.bg, timeout)
-	defer cancel()
-	_, err, ok, _ := quorum.Call(ctx, l.nodes[c.node], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
+	// Call bounds it by timeout; l.bg ends it at Close. (No deadline of its
+	// own: the call can then run inline, through the node's batcher, after
+	// every command sent through it before.)
+	_, err, ok, _ := quorum.Call(l.bg, l.nodes[c.node], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
 		return l.runRelease(ctx, rc, j.nm, j.expected, j.leaving, wake, true)
 	}, nil)
 	return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err)

@@ -184,6 +184,20 @@
 // keeps its own queue and reserves nothing (contenders would split the
 // votes), so arrival order is a tendency there, not a guarantee.
 //
+// # Semaphores
+//
+// With [WithLimit](n) the key is a counting semaphore: the lock key is a
+// sorted set of the holders' tokens, scored by their expiry on the server's
+// clock, pruned on every script run, with the limit in "dlock:{K}:limit"; the
+// same three scripts serve locks and semaphores, and a holder with another
+// limit is refused ([ErrInvalid]). Each holder gets a [Lock] of its own, with
+// the same renewal, Lost signal, fencing (one counter for all permits) and
+// waiting as a lock. Over NewRedlock's N masters a permit needs
+// ⌊N·n/(n+1)⌋+1 grants: each master grants at most n permits, so n+1 holders
+// cannot each hold that many (with a majority they could: 3 masters, n = 2,
+// holders on {1,2}, {2,3} and {1,3}). That leaves fewer masters that may fail
+// as n grows: see WithLimit.
+//
 // # Leader election
 //
 // [Locker.Campaign] is Acquire on the election's key with the candidate's

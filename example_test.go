@@ -239,3 +239,29 @@ func ExampleLocker_Campaign() {
 	// Leader agrees: host-a:8080
 	// after resigning: ""
 }
+
+// ExampleWithLimit: at most two exports at once; each holder has a permit,
+// a *Lock of its own.
+func ExampleWithLimit() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+	ctx := context.Background()
+
+	a, _ := locker.Acquire(ctx, "example:export", dlock.WithLimit(2))
+	b, _ := locker.Acquire(ctx, "example:export", dlock.WithLimit(2))
+	_, err := locker.TryAcquire(ctx, "example:export", dlock.WithLimit(2))
+	fmt.Println("a third permit:", errors.Is(err, dlock.ErrNotAcquired))
+	fmt.Println("fences increase:", b.Fence() > a.Fence())
+
+	a.Release(ctx) // the next waiter, if any, is woken
+	c, err := locker.TryAcquire(ctx, "example:export", dlock.WithLimit(2))
+	fmt.Println("after a release:", err == nil)
+	b.Release(ctx)
+	c.Release(ctx)
+	// Output:
+	// a third permit: true
+	// fences increase: true
+	// after a release: true
+}

@@ -29,6 +29,10 @@ type Lock struct {
 	autoRenew bool
 	metadata  string
 	election  bool // a leadership (Campaign): Release announces the resignation
+	limit     int  // WithLimit's n; 0 for a lock
+	// quorum is the number of nodes that must hold the key (see
+	// Locker.quorumFor).
+	quorum int
 
 	// ops serialises the rounds that set the TTL (renewal and Extend), so
 	// that the validity always reflects the round that ran last. A channel,
@@ -83,6 +87,10 @@ type nodeLease struct {
 	// node before then has run. A command sent after it runs after all of
 	// them, so once it confirms, a cap no longer applies.
 	settledAt time.Time
+	// mayHold: a command answered after its round that it set the key
+	// (not counted in until): the node may hold the token, and is cleaned
+	// up when the lock dies unless a release there was answered after.
+	mayHold bool
 }
 
 // effective is the time until which the node is known to hold the key.
@@ -109,6 +117,7 @@ type releaseRound struct {
 func (l *Locker) newLock(key string, nm *names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
 		l: l, key: key, names: nm, token: token, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
+		limit: cfg.limit, quorum: l.quorumFor(cfg.limit),
 		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
 		lostCh: make(chan struct{}),
@@ -248,7 +257,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	shortens := ttl < k.ttl
 	k.mu.Unlock()
 	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
-	o := l.ownerChecked(results, missing)
+	o := l.ownerChecked(results, missing, k.quorum)
 	k.mu.Lock()
 	k.recordRound(results, nil, start, bound, shortens)
 	close(recorded)
@@ -329,13 +338,13 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	recorded := make(chan struct{})
 	ttlArg := l.ttlArg(ttl)
-	need := l.quorum
+	need := k.quorum
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata))
+			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit)))
 			if err != nil {
 				return 0, err
 			}
@@ -473,6 +482,9 @@ func (k *Lock) lateAnswer(i int, e effect) {
 	// unknown. What it set is not counted (its round did not count it); a
 	// cap it caused stays, since the order of its run against later commands
 	// is not known.
+	if e == effSet {
+		n.mayHold = true
+	}
 	if e != effUnknown && n.unknown > 0 {
 		n.unknown--
 		if n.unknown == 0 {
@@ -501,7 +513,7 @@ func (k *Lock) cleanNode(i, passes int) {
 // computeValidity is the time until which a quorum of nodes is known to hold
 // the key; k.mu is held.
 func (k *Lock) computeValidity() time.Time {
-	q := k.l.quorum
+	q := k.quorum
 	if len(k.nodes) == 1 {
 		return k.nodes[0].effective()
 	}
@@ -523,7 +535,7 @@ func (k *Lock) renewable() bool {
 			free++
 		}
 	}
-	return free >= k.l.quorum
+	return free >= k.quorum
 }
 
 func countOK(rs []quorum.Result[int64]) (ok, bad int) {
@@ -648,7 +660,7 @@ func (k *Lock) markLost(cause error) {
 		switch {
 		case n.unknown > 0:
 			k.cleanNode(i, 2)
-		case !n.until.IsZero():
+		case !n.until.IsZero() || n.mayHold:
 			k.cleanNode(i, 1)
 		}
 	}
@@ -838,7 +850,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			// would refuse an acquisition made right after Release.
 			return len(rs)+suspects >= n
 		}, nil)
-	o := l.ownerChecked(results, missing)
+	o := l.ownerChecked(results, missing, k.quorum)
 	var ansBuf [8]bool // on the stack for up to 8 nodes
 	answered := ansBuf[:0]
 	if n <= len(ansBuf) {
@@ -859,7 +871,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 		case answered[i]:
 		case nl.unknown > 0:
 			k.cleanNode(i, 2)
-		case !nl.until.IsZero():
+		case !nl.until.IsZero() || nl.mayHold:
 			k.cleanNode(i, 1)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,13 +279,13 @@ func (l *Locker) isClosed() bool {
 // so that every script touches one Cluster slot. A names is never modified
 // once made: locks, waiters and the cache share it.
 type names struct {
-	key                                string // the lock's name, as passed to Acquire
-	lock, fence, waiters, leases, meta string
+	key                                       string // the lock's name, as passed to Acquire
+	lock, fence, waiters, leases, meta, limit string
 	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, boxed
 	// once (see script).
-	acquireKeys [5]any
-	releaseKeys [4]any
-	extendKeys  [2]any
+	acquireKeys [6]any
+	releaseKeys [5]any
+	extendKeys  [3]any
 	fenceKeys   [1]any
 }
 
@@ -321,25 +322,45 @@ func (l *Locker) makeNames(key string) *names {
 	// One string holds all the names, which are slices of it: a lock's
 	// names cost one allocation (a concatenation of many strings is one).
 	p := l.cfg.prefix
-	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta"
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit"
 	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
 	w := lock + len(":fence")       // where the waiters' name starts
 	e := w + lock + len(":waiters") // where the leases' name starts
 	m := e + lock + len(":wexp")    // where the metadata's name starts
+	li := m + lock + len(":meta")   // where the limit's name starts
 	n := &names{
 		key:     key,
 		lock:    all[:lock],
 		fence:   all[:w],
 		waiters: all[w:e],
 		leases:  all[e:m],
-		meta:    all[m:],
+		meta:    all[m:li],
+		limit:   all[li:],
 	}
-	lk, fk, wk, ek, mk := any(n.lock), any(n.fence), any(n.waiters), any(n.leases), any(n.meta)
-	n.acquireKeys = [5]any{lk, fk, wk, ek, mk}
-	n.releaseKeys = [4]any{lk, wk, ek, mk}
-	n.extendKeys = [2]any{lk, mk}
+	lk, fk, wk, ek, mk, lik := any(n.lock), any(n.fence), any(n.waiters), any(n.leases), any(n.meta), any(n.limit)
+	n.acquireKeys = [6]any{lk, fk, wk, ek, mk, lik}
+	n.releaseKeys = [5]any{lk, wk, ek, mk, lik}
+	n.extendKeys = [3]any{lk, mk, lik}
 	n.fenceKeys = [1]any{fk}
 	return n
+}
+
+// quorumFor is the number of grants an acquisition with this limit needs
+// (see WithLimit): a majority for a lock, ⌊N·n/(n+1)⌋+1 for n permits.
+func (l *Locker) quorumFor(limit int) int {
+	if limit <= 1 {
+		return l.quorum
+	}
+	n := len(l.nodes)
+	return n*limit/(limit+1) + 1
+}
+
+// limitArg is the limit as the scripts take it.
+func limitArg(limit int) any {
+	if limit <= 1 {
+		return "1"
+	}
+	return strconv.Itoa(limit)
 }
 
 // standIn is how long the waiter after a woken one waits before it tries in
@@ -448,7 +469,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		if k != nil {
 			return k, nil
 		}
-		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed {
+		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed || res.limitErr != nil {
 			return nil, res.err(key, ctx)
 		}
 	}
@@ -489,7 +510,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		if ctx.Err() != nil && res.cutShort(false) && last != nil {
 			res = *last
 		}
-		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed {
+		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed || res.limitErr != nil {
 			return nil, res.err(key, ctx)
 		}
 		last = &res
@@ -712,6 +733,9 @@ type attemptResult struct {
 	// notWaited counts suspect nodes the round decided without: their
 	// answers, arriving after it, may show they are back.
 	notWaited int
+	// limitErr is set when a node holds the key with another limit (see
+	// WithLimit): an error wrapping ErrInvalid, returned at once.
+	limitErr error
 }
 
 // class is the attempt's error class (see outcome.class): a quorum reached
@@ -745,6 +769,9 @@ func (r *attemptResult) cutShort(cancelledOnly bool) bool {
 // error, which did not depend on it). An attempt that ctx cut short says
 // nothing of the nodes: the caller gave up, and the error is ErrNotAcquired.
 func (r *attemptResult) err(key string, ctx context.Context) error {
+	if r.limitErr != nil {
+		return r.limitErr
+	}
 	class := r.class()
 	if ctx.Err() != nil && r.cutShort(true) && !r.closed {
 		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
@@ -791,10 +818,13 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if ks != nil {
 		regs = ks.registration(ready)
 	}
+	q := l.quorumFor(cfg.limit)
+	lim := limitArg(cfg.limit)
 	res := attemptResult{outcome: l.newOutcome()}
+	res.q = q
 	var args []any // the same command for every node when not registering
 	if regs == nil {
-		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata)
+		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim)
 	}
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
@@ -807,7 +837,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			a := args
 			if regs != nil {
 				reg := regs[i]
-				a = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata,
+				a = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim,
 					reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh)
 			}
 			v, err := l.runScript(ctx, c, timeout, acquireScript, a)
@@ -827,7 +857,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
-			return g >= l.quorum || f+suspects > n-l.quorum
+			return g >= q || f+suspects > n-q
 		},
 		late)
 
@@ -851,6 +881,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		answered[r.Node] = true
 		switch {
 		case r.Err != nil:
+			if held, ok := limitMismatch(r.Err); ok && res.limitErr == nil {
+				res.limitErr = invalid("%q is held with limit %s, asked with limit %d", key, held, max(cfg.limit, 1))
+			}
 			res.failed(l, r.Node, r.Err)
 		case r.Val.ok:
 			res.ok++
@@ -904,10 +937,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		}
 	}
 
-	if res.ok >= l.quorum {
+	if res.ok >= q {
 		ok := true
 		if n > 1 {
-			ok = l.raiseFences(ctx, nm, fence, results, timeout)
+			ok = l.raiseFences(ctx, nm, fence, results, timeout, q)
 		}
 		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
@@ -987,7 +1020,7 @@ func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
 // raiseFences makes sure that at least a quorum of nodes holds a fence
 // counter ≥ fence: nodes of the granting quorum that returned less are raised
 // (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration) bool {
+func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
 	confirmed := 0
 	var low []int
 	for _, r := range results {
@@ -999,10 +1032,10 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 			}
 		}
 	}
-	if confirmed >= l.quorum {
+	if confirmed >= q {
 		return true
 	}
-	need := l.quorum - confirmed
+	need := q - confirmed
 	args := raiseScript.args(nm.fenceKeys[:], strconv.FormatUint(fence, 10), l.retentionArg)
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
@@ -1027,7 +1060,7 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 			confirmed++
 		}
 	}
-	return confirmed >= l.quorum
+	return confirmed >= q
 }
 
 func (l *Locker) subset(idx []int) []*quorum.Node {
@@ -1067,6 +1100,23 @@ func (l *Locker) ttlArg(ttl time.Duration) any {
 		return l.defaultTTLArg
 	}
 	return strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// limitMismatch reports whether err is acquire.lua's refusal of a key held
+// with another limit, and that limit.
+func limitMismatch(err error) (held string, ok bool) {
+	if !quorum.IsReply(err) {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(err.Error(), "DLOCKLIMIT ")
+	if !ok {
+		return "", false
+	}
+	held, _, _ = strings.Cut(rest, " ")
+	if held == "?" {
+		held = "above 1" // a semaphore whose limit key was lost
+	}
+	return held, true
 }
 
 // errNotAcked fails a node's grant or renewal that too few replicas

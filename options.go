@@ -157,6 +157,7 @@ type lockConfig struct {
 	ttl       time.Duration
 	autoRenew bool
 	metadata  string
+	limit     int // 0: a lock (as 1)
 	err       error
 }
 
@@ -176,6 +177,34 @@ func WithMetadata(s string) LockOption {
 			return
 		}
 		c.metadata = s
+	}
+}
+
+// WithLimit makes the key a counting semaphore: Acquire, TryAcquire and Do
+// let at most n holders hold it at once, each with a *Lock of its own (a
+// permit: its own token, Lost, Extend, Release and renewal; fences increase
+// across all permits of the key). WithLimit(1) is the plain lock. Waiting
+// for a permit is waiting for a lock: a release wakes the next waiter. A
+// permit whose holder died comes back when its TTL runs out, on the
+// server's clock. Every holder of a key must use the same limit: asking
+// with another one than the current holders use (a lock and a semaphore, or
+// two limits) returns at once an error wrapping ErrInvalid that names both,
+// and changes nothing. n < 1 is an error wrapping ErrInvalid.
+//
+// Over NewRedlock's N masters a permit needs more than N·n/(n+1) grants, not
+// a majority: otherwise n+1 holders could each hold a majority (3 masters,
+// n = 2: grants on {1,2}, {2,3} and {1,3}). Since each master grants at most
+// n permits, n+1 holders with more than N·n/(n+1) grants each would need more
+// than N·n grants. The quorum is ⌊N·n/(n+1)⌋+1: with 5 masters, 3 for a lock
+// (2 may fail), 4 for n = 2 or 3 (1 may fail), 5 for n ≥ 4 (none may fail);
+// with 3 masters, 3 for any n ≥ 2.
+func WithLimit(n int) LockOption {
+	return func(c *lockConfig) {
+		if n < 1 {
+			c.err = invalid("limit %d: a semaphore needs at least one permit", n)
+			return
+		}
+		c.limit = n
 	}
 }
 

@@ -45,8 +45,9 @@ func (o *outcome) missed(l *Locker, missing []quorum.Missing) {
 
 // ownerChecked counts the answers of owner-checked commands (extend.lua,
 // release.lua): 1 confirmed, 0 another value, -1 a free key.
-func (l *Locker) ownerChecked(results []quorum.Result[int64], missing []quorum.Missing) outcome {
+func (l *Locker) ownerChecked(results []quorum.Result[int64], missing []quorum.Missing, q int) outcome {
 	o := l.newOutcome()
+	o.q = q
 	for _, r := range results {
 		switch {
 		case r.Err != nil:

@@ -20,7 +20,7 @@ func TestReplicaAckWaitRefused(t *testing.T) {
 	s := dlocktest.Start(t)
 	admin := s.Client()
 	defer admin.Close()
-	line := "ACL SETUSER dlock on >PASSWORD resetkeys ~dlock:* resetchannels &dlock:inbox:* &dlock:leader:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +info"
+	line := "ACL SETUSER dlock on >PASSWORD resetkeys ~dlock:* resetchannels &dlock:inbox:* &dlock:leader:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +pexpireat +zcount +zremrangebyscore +zrangebyscore +info"
 	var args []any
 	for _, f := range strings.Fields(line) {
 		args = append(args, f)

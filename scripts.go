@@ -24,9 +24,9 @@ var (
 	//go:embed scripts/raise.lua
 	raiseSrc string
 
-	acquireScript = newScript(acquireSrc, 5)
-	releaseScript = newScript(releaseSrc, 4)
-	extendScript  = newScript(extendSrc, 2)
+	acquireScript = newScript(acquireSrc, 6)
+	releaseScript = newScript(releaseSrc, 5)
+	extendScript  = newScript(extendSrc, 3)
 	raiseScript   = newScript(raiseSrc, 1)
 )
 

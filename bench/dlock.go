@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,13 +43,34 @@ func DlockLibrary(ctxTimeout bool) Library {
 	}
 }
 
+// DlockSemaphoreLibrary is dlock-ctx with WithLimit(limit): a semaphore,
+// which none of the peers offers.
+func DlockSemaphoreLibrary(limit int) Library {
+	lib := DlockLibrary(true)
+	lib.Name = fmt.Sprintf("dlock-ctx, limit %d", limit)
+	lib.Note = fmt.Sprintf("as dlock-ctx, with WithLimit(%d)", limit)
+	lib.Limit = limit
+	newProcess := lib.New
+	lib.New = func(addrs []string, sent *Counter) (Process, error) {
+		p, err := newProcess(addrs, sent)
+		if err != nil {
+			return nil, err
+		}
+		dp := p.(*dlockProcess)
+		dp.opts = []dlock.LockOption{dlock.WithLimit(limit)}
+		return dp, nil
+	}
+	return lib
+}
+
 type dlockProcess struct {
 	clients []redis.UniversalClient
 	locker  *dlock.Locker
+	opts    []dlock.LockOption
 }
 
 func (p *dlockProcess) Lock(ctx context.Context, key string) (Held, error) {
-	l, err := p.locker.Acquire(ctx, key)
+	l, err := p.locker.Acquire(ctx, key, p.opts...)
 	if err != nil {
 		return nil, err
 	}

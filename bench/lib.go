@@ -40,6 +40,9 @@ type Library struct {
 	Dlock bool
 	// Note says how the library is configured, for the report.
 	Note string
+	// Limit is the number of holders the library's lock lets in at once
+	// (a semaphore); 0 or 1 for a mutex.
+	Limit int
 	// New starts a Process on the given nodes (one address: a single Redis;
 	// several: Redlock, for the libraries that support it). Every command
 	// the process's clients send is counted in sent.

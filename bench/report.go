@@ -31,6 +31,7 @@ type Report struct {
 	Uncontended1   [][]UncontendedResult
 	Uncontended64  [][]UncontendedResult
 	Contended      []ContendedConfig
+	Semaphore      []ContendedResult // dlock with WithLimit(4), W=32, one per repetition
 	Idle           [][]IdleResult
 	IdleLong       []IdleResult // dlock's configurations only, one run each
 	RedlockHealthy [][]LatencyResult
@@ -290,6 +291,13 @@ func (r *Report) targets(d string) []Target {
 	if len(r.Contended) > 0 {
 		add("Contended: mutual-exclusion violations = 0 (all runs)", fmt.Sprint(viol), viol == 0)
 	}
+	if len(r.Semaphore) > 0 && d == "dlock-ctx" {
+		var viol int64
+		for _, x := range r.Semaphore {
+			viol += x.Violations
+		}
+		add("Semaphore, limit 4, W=32, 200µs: more than 4 holders at once = 0 (all runs)", fmt.Sprint(viol), viol == 0)
+	}
 	if len(r.Idle) > 0 {
 		pw := pick(r.Idle, iname, d, func(x IdleResult) float64 { return x.PerWaiter() })
 		add(fmt.Sprintf("Idle waiting (%s window): ≤ 0.2 Redis commands per second per waiter", r.Idle[0][0].Window),
@@ -458,6 +466,29 @@ func (r *Report) Markdown(charts bool) string {
 				num(g(func(x ContendedResult) float64 { return float64(x.Violations) })),
 				num(g(func(x ContendedResult) float64 { return float64(x.Errors) })))
 		}
+		w("%s\n", t)
+	}
+
+	if len(r.Semaphore) > 0 {
+		w("## Semaphore: limit 4, W=32 workers, hold 200µs\n\nOne key, `WithLimit(4)` (dlock-ctx; no peer has a semaphore): every worker is its own process, acquires a permit, holds it for 200µs, releases, and asks again. Medians of the repetitions.\n\n")
+		med := func(f func(ContendedResult) float64) float64 {
+			var v []float64
+			for _, x := range r.Semaphore {
+				v = append(v, f(x))
+			}
+			return median(v)
+		}
+		t := table{head: []string{"library", "acq/s", "Acquire wait p50", "Acquire wait p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations (> 4 holders)", "errors"}}
+		t.add(r.Semaphore[0].Lib, num(med(func(x ContendedResult) float64 { return x.AcqPerSec })),
+			ms(med(func(x ContendedResult) float64 { return float64(x.WaitP50) })),
+			ms(med(func(x ContendedResult) float64 { return float64(x.WaitP99) })),
+			fmt.Sprintf("%.2f", med(func(x ContendedResult) float64 { return x.Fairness() })),
+			num(med(func(x ContendedResult) float64 { return x.RoundTrips })),
+			num(med(func(x ContendedResult) float64 { return x.Commands })),
+			us(med(func(x ContendedResult) float64 { return float64(x.ClientCPU) })),
+			us(med(func(x ContendedResult) float64 { return float64(x.RedisCPU) })),
+			num(med(func(x ContendedResult) float64 { return float64(x.Violations) })),
+			num(med(func(x ContendedResult) float64 { return float64(x.Errors) })))
 		w("%s\n", t)
 	}
 

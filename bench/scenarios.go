@@ -317,7 +317,7 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 					continue
 				}
 				t := time.Since(base)
-				if inside.Add(1) != 1 {
+				if inside.Add(1) > int64(max(lib.Limit, 1)) {
 					violations.Add(1)
 				}
 				k := seq.Add(1) - 1

@@ -1,21 +1,26 @@
--- acquire.lua: take the lock if it is free, or already ours, or reserved for us.
+-- acquire.lua: take the lock if it is free, or already ours, or reserved for
+-- us; with a limit n > 1, take one of the n permits of a semaphore.
 --
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] fence counter  prefix{K}:fence   (expires ARGV[8] ms after the last acquisition)
 -- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
 -- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
 -- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, the lock's TTL)
+-- KEYS[6] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition
 -- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
--- ARGV[5..9], only for an attempt that may register as a waiter (absent: it
+-- ARGV[5] limit          "1" for a lock (KEYS[1] a string: the owner token),
+--                        n > 1 for a semaphore (KEYS[1] a sorted set: owner
+--                        token -> expiry in server ms, for at most n holders)
+-- ARGV[6..10], only for an attempt that may register as a waiter (absent: it
 -- does not, and takes a free lock with a single SET NX):
--- ARGV[5] waiter         "LOCKERID:SEQ:KEY" (see release.lua for its use)
--- ARGV[6] waiter lease   ms a registration lives without being refreshed
--- ARGV[7] position       the waiter's queue position from an earlier reply, "0" for new
--- ARGV[8] queued         "1" if the waiter may sit in the waiting set (remove it on success)
--- ARGV[9] refresh        "1" to write the registration on failure even if it
+-- ARGV[6] waiter         "LOCKERID:SEQ:KEY" (see release.lua for its use)
+-- ARGV[7] waiter lease   ms a registration lives without being refreshed
+-- ARGV[8] position       the waiter's queue position from an earlier reply, "0" for new
+-- ARGV[9] queued         "1" if the waiter may sit in the waiting set (remove it on success)
+-- ARGV[10] refresh       "1" to write the registration on failure even if it
 --                        is still there (it was popped, or its lease is old)
 --
 -- Returns {1, fence} on success, the fence as a decimal string. The fence is
@@ -47,9 +52,22 @@
 -- eviction, a flush) is registered again.
 --
 -- A value "~WAITER" is a reservation made by release.lua: only that waiter
--- may take the lock until the reservation's short TTL runs out.
+-- may take the lock until the reservation's short TTL runs out. In a
+-- semaphore a reservation is a member "~WAITER" that takes one permit.
+--
+-- Semaphore: expired permits (and reservations) are pruned on every run, on
+-- the server's clock. A permit is granted while fewer than n live ones are
+-- held; pttl on failure is the time until the first live one expires. The
+-- sorted set and KEYS[6] expire with the last permit. A key held with
+-- another limit (a lock held as a semaphore, or the other way round, or
+-- another n) is refused with the error "DLOCKLIMIT HELD ASKED", and nothing
+-- is written.
 -- A waiting set, waiter leases or metadata of another type (keys another
 -- program wrote) would make a write fail after others: refuse first.
+local token, metadata = ARGV[1], ARGV[4]
+local waiter = ARGV[6] or ''
+local queued = ARGV[9] == '1'
+
 local function wrongType(k, want)
   local t = redis.call('TYPE', k)['ok']
   return t ~= 'none' and t ~= want
@@ -72,12 +90,7 @@ local function incr(s)
   end
   return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
 end
-
-local token, metadata = ARGV[1], ARGV[4]
-local waiter = ARGV[5] or ''
-local queued = ARGV[8] == '1'
-
--- The counter, read (and checked) before the lock is written.
+-- The counter, read (and checked) before anything is written.
 local function counter()
   local c = redis.call('GET', KEYS[2])
   if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
@@ -85,10 +98,139 @@ local function counter()
   end
   return c
 end
+-- issue writes and returns the next fence after the counter c (false: none).
+local function issue(c)
+  local t = redis.call('TIME')
+  local floor = t[1] .. '000000'
+  local fence
+  if c and (#c > #floor or (#c == #floor and c >= floor)) then
+    fence = incr(c)
+  elseif c then
+    fence = floor
+  else
+    fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  end
+  redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  return fence
+end
+local function mismatch(held)
+  return redis.error_reply('DLOCKLIMIT ' .. held .. ' ' .. ARGV[5])
+end
+-- notString is the reply when the lock key is not a string: a semaphore's
+-- holders (a sorted set), or a key of another program (err, WRONGTYPE).
+local function notString(err)
+  if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then
+    return mismatch(redis.call('GET', KEYS[6]) or '?')
+  end
+  return err
+end
+-- register writes the waiter's registration if it is new, was popped or is
+-- old, or vanished; it returns the queue position, or an error reply.
+local function register(waiter, pos)
+  local write = pos == '0' or ARGV[10] == '1'
+  if not write then
+    -- Registered before: make sure it is still there.
+    write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
+  end
+  if write then
+    local refused = refuseWrongTypes(true, false)
+    if refused then
+      return false, refused
+    end
+    local t = redis.call('TIME')
+    if pos == '0' then
+      -- Queue position: server time in microseconds at first registration.
+      pos = t[1] .. string.format('%06d', tonumber(t[2]))
+    end
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[3], pos, waiter)
+    redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[7]))
+    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+    redis.call('PEXPIRE', KEYS[4], ARGV[7])
+  end
+  return pos
+end
+-- done finishes a grant: metadata, the fence, the waiter's registration.
+local function done(c, own)
+  if metadata ~= '' then
+    redis.call('HSET', KEYS[5], token, metadata)
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  end
+  local fence
+  if own and c then
+    fence = c
+    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  else
+    fence = issue(c)
+  end
+  if queued then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+  end
+  return {1, fence}
+end
+-- busy registers the waiter, if any, and returns the failure reply.
+local function busy(pttl)
+  local pos = ARGV[8] or '0'
+  if waiter ~= '' then
+    local p, refused = register(waiter, pos)
+    if refused then
+      return refused
+    end
+    pos = p
+  end
+  return {0, pttl, pos}
+end
+
+local c, bad
+
+if ARGV[5] ~= '1' then
+  -- A semaphore of ARGV[5] permits.
+  local limit = tonumber(ARGV[5])
+  local ty = redis.call('TYPE', KEYS[1])['ok']
+  if ty == 'string' then
+    return mismatch('1')
+  elseif ty ~= 'none' and ty ~= 'zset' then
+    return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[1] .. ' holds another type')
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  local held = redis.call('GET', KEYS[6])
+  if live > 0 and held and held ~= ARGV[5] then
+    return mismatch(held)
+  end
+  local mine = redis.call('ZSCORE', KEYS[1], token)
+  mine = mine and tonumber(mine) > now
+  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[1], '~' .. waiter)
+  resv = resv and tonumber(resv) > now
+  if mine or resv or live < limit then
+    c, bad = counter()
+    if bad then
+      return bad
+    end
+    local refused = refuseWrongTypes(queued, metadata ~= '')
+    if refused then
+      return refused
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    if resv then
+      redis.call('ZREM', KEYS[1], '~' .. waiter)
+    end
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+    redis.call('PEXPIREAT', KEYS[1], last)
+    redis.call('SET', KEYS[6], ARGV[5], 'PXAT', last)
+    -- A retried grant gets a fence of its own too: other permits may
+    -- have taken the next ones meanwhile.
+    return done(c, false)
+  end
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return busy(math.max(tonumber(first[2]) - now, 0))
+end
 
 -- granted: the lock is now ours. v: the lock's value when it was not free.
--- c: the fence counter, read once the lock is known to be grantable.
-local granted, v, c, bad = false, false, false, nil
+local granted, v = false, false
 if waiter == '' then
   -- Most likely free: try the write at once, once nothing after it can fail.
   c, bad = counter()
@@ -100,7 +242,10 @@ if waiter == '' then
   end
   granted = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) ~= false
   if not granted then
-    v = redis.call('GET', KEYS[1])
+    v = redis.pcall('GET', KEYS[1])
+    if type(v) == 'table' then
+      return notString(v)
+    end
     if v == token then
       -- A retried command whose first reply was lost.
       redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
@@ -109,7 +254,10 @@ if waiter == '' then
   end
 else
   -- Most likely held: look first.
-  v = redis.call('GET', KEYS[1])
+  v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'table' then
+    return notString(v)
+  end
   if v == false or v == token or v == '~' .. waiter then
     c, bad = counter()
     if bad then
@@ -125,60 +273,10 @@ else
 end
 
 if granted then
-  if metadata ~= '' then
-    redis.call('HSET', KEYS[5], token, metadata)
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
-  end
-  local fence
-  if v == token and c then
-    fence = c
-  else
-    local t = redis.call('TIME')
-    local floor = t[1] .. '000000'
-    if c and (#c > #floor or (#c == #floor and c >= floor)) then
-      fence = incr(c)
-    elseif c then
-      fence = floor
-    else
-      fence = t[1] .. string.format('%06d', tonumber(t[2]))
-    end
-  end
-  redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-  if queued then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('HDEL', KEYS[4], waiter)
-  end
-  return {1, fence}
+  return done(c, v == token)
 end
 
-local pttl
 if string.sub(v, 1, 1) == '~' then
-  pttl = -3
-else
-  pttl = redis.call('PTTL', KEYS[1])
+  return busy(-3)
 end
-local pos = ARGV[7] or '0'
-if waiter ~= '' then
-  local write = pos == '0' or ARGV[9] == '1'
-  if not write then
-    -- Registered before: make sure it is still there.
-    write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
-  end
-  if write then
-    local refused = refuseWrongTypes(true, false)
-    if refused then
-      return refused
-    end
-    local t = redis.call('TIME')
-    if pos == '0' then
-      -- Queue position: server time in microseconds at first registration.
-      pos = t[1] .. string.format('%06d', tonumber(t[2]))
-    end
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[3], pos, waiter)
-    redis.call('HSET', KEYS[4], waiter, now + tonumber(ARGV[6]))
-    redis.call('PEXPIRE', KEYS[3], ARGV[6])
-    redis.call('PEXPIRE', KEYS[4], ARGV[6])
-  end
-end
-return {0, pttl, pos}
+return busy(redis.call('PTTL', KEYS[1]))

@@ -1,9 +1,11 @@
 -- release.lua: delete the lock if it holds the expected value, and wake one waiter.
+-- Of a semaphore (KEYS[1] a sorted set, see acquire.lua), remove the permit.
 --
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] waiting set    prefix{K}:waiters
 -- KEYS[3] waiter leases  prefix{K}:wexp
 -- KEYS[4] metadata       prefix{K}:meta (the released owner's entry is removed)
+-- KEYS[5] limit          prefix{K}:limit (a semaphore's)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
 -- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
@@ -15,7 +17,8 @@
 -- ARGV[6] metadata       "0" when the owner stored no metadata (its entry
 --                        need not be removed); absent or "1": remove it
 --
--- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0.
+-- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
+-- (a semaphore: 1 if ARGV[1] was a live permit, and it is removed either way).
 --
 -- The next waiter is the live registration with the lowest queue position;
 -- registrations whose lease ran out (their process died) are dropped on the
@@ -30,38 +33,66 @@ if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], ARGV[4])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.pcall('GET', KEYS[1])
+local sem = type(v) == 'table'
+local now = false -- server ms, read when needed
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+if sem then
+  -- A semaphore's permits.
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+    return 0
+  end
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if not s then
+    return 0
+  end
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if tonumber(s) <= clock() then
+    return 0 -- it had expired
+  end
+elseif v ~= ARGV[1] then
   return 0
 end
 if ARGV[6] ~= '0' then
   redis.call('HDEL', KEYS[4], ARGV[1])
 end
 
-if ARGV[5] == '0' then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-
 local nxt = false
-local now = false -- server ms, read once someone waits
-for _ = 1, 16 do
-  local popped = redis.call('ZPOPMIN', KEYS[2])
-  if #popped == 0 then
-    break
-  end
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  local lease = tonumber(redis.call('HGET', KEYS[3], popped[1]) or '0')
-  redis.call('HDEL', KEYS[3], popped[1])
-  if lease >= now then
-    nxt = popped[1]
-    break
+if ARGV[5] ~= '0' then
+  for _ = 1, 16 do
+    local popped = redis.call('ZPOPMIN', KEYS[2])
+    if #popped == 0 then
+      break
+    end
+    local lease = tonumber(redis.call('HGET', KEYS[3], popped[1]) or '0')
+    redis.call('HDEL', KEYS[3], popped[1])
+    if lease >= clock() then
+      nxt = popped[1]
+      break
+    end
   end
 end
 
-if nxt and tonumber(ARGV[3]) > 0 then
+local reserve = nxt and tonumber(ARGV[3]) > 0
+if sem then
+  if reserve then
+    redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. nxt)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  if last then
+    redis.call('PEXPIREAT', KEYS[1], last)
+    redis.call('PEXPIREAT', KEYS[5], last)
+  else
+    redis.call('DEL', KEYS[1], KEYS[5])
+  end
+elseif reserve then
   redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
 else
   redis.call('DEL', KEYS[1])

@@ -50,9 +50,17 @@ type statusJSON struct {
 	TTLms    int64      `json:"ttl_ms"`
 	Fence    uint64     `json:"fence"`
 	Waiters  int64      `json:"waiters"`
-	Metadata string     `json:"metadata,omitempty"`
-	Quorum   int        `json:"quorum"`
-	Nodes    []nodeJSON `json:"nodes"`
+	Metadata string       `json:"metadata,omitempty"`
+	Limit    int          `json:"limit,omitempty"`
+	Permits  []permitJSON `json:"permits,omitempty"`
+	Quorum   int          `json:"quorum"`
+	Nodes    []nodeJSON   `json:"nodes"`
+}
+
+// permitJSON is one holder of a semaphore (dlock run --limit).
+type permitJSON struct {
+	Metadata string `json:"metadata,omitempty"`
+	TTLms    int64  `json:"ttl_ms"`
 }
 
 type nodeJSON struct {
@@ -92,7 +100,10 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		return exitFailure
 	}
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
-		Waiters: st.Waiters, Quorum: len(st.Nodes)/2 + 1, Nodes: make([]nodeJSON, len(st.Nodes))}
+		Waiters: st.Waiters, Quorum: quorumFor(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit}
+	for _, p := range st.Permits {
+		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds()})
+	}
 	reserved := 0
 	for i, n := range st.Nodes {
 		out.Nodes[i] = nodeJSON{Addr: n.Addr, Held: n.Held, Reserved: n.Reserved,
@@ -125,8 +136,18 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	default:
 		fmt.Fprintf(w, "held:\tno\n")
 	}
-	if st.Held && st.Metadata != "" {
+	if st.Held && st.Metadata != "" && st.Limit == 0 {
 		fmt.Fprintf(w, "holder:\t%s\n", st.Metadata)
+	}
+	if st.Limit > 0 {
+		fmt.Fprintf(w, "permits:\t%d of %d taken\n", len(st.Permits), st.Limit)
+		for _, p := range st.Permits {
+			holder := p.Metadata
+			if holder == "" {
+				holder = "(no metadata)"
+			}
+			fmt.Fprintf(w, "  holder:\t%s, %s left\n", holder, ttlText(p.TTL))
+		}
 	}
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
@@ -159,6 +180,16 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	}
 	_ = w.Flush()
 	return exitOK
+}
+
+// quorumFor is how many of n nodes must hold a key with this limit (see
+// dlock.WithLimit): a majority for a lock, ⌊n·limit/(limit+1)⌋+1 for a
+// semaphore.
+func quorumFor(n, limit int) int {
+	if limit <= 1 {
+		return n/2 + 1
+	}
+	return n*limit/(limit+1) + 1
 }
 
 // ttlText shows a remaining TTL; a key without one was not set by dlock.

@@ -581,3 +581,68 @@ func TestDemo(t *testing.T) {
 }
 
 var signalByName = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "USR2": syscall.SIGUSR2}
+
+// TestRunLimit: dlock run --limit 2 with 6 concurrent processes: at most 2
+// run the command at once, and all run it; a different limit is refused.
+func TestRunLimit(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	dir := t.TempDir()
+	// Each copy takes one of two slots with mkdir (atomic); a third copy
+	// inside at the same time finds both taken and fails.
+	script := `if mkdir "$DIR/a" 2>/dev/null; then slot=a; elif mkdir "$DIR/b" 2>/dev/null; then slot=b; else echo "a third copy ran" >&2; exit 3; fi
+sleep 0.1
+echo x >> "$DIR/ran"
+rmdir "$DIR/$slot"`
+	const procs = 6
+	var wg sync.WaitGroup
+	errs := make(chan string, procs)
+	for range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--limit", "2", "--wait", "60s", "--ttl", "5s", "two", "--", "sh", "-c", script)
+			cmd.Env = append(withoutDlockEnv(os.Environ()), "DIR="+dir)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs <- fmt.Sprintf("%v: %s", err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	ran, _ := os.ReadFile(filepath.Join(dir, "ran"))
+	if n := strings.Count(string(ran), "x"); n != procs {
+		t.Errorf("%d copies ran, want %d", n, procs)
+	}
+
+	// A holder with --limit 2 and another host asking with --limit 3.
+	hold := exec.Command(dlockBin, "run", "--redis", s.URL(), "--limit", "2", "two", "--", "sleep", "5")
+	hold.Env = withoutDlockEnv(os.Environ())
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Process.Kill(); _ = hold.Wait() }()
+	waitStatus := func() string {
+		for range 200 {
+			out, _ := exec.Command(dlockBin, "status", "--redis", s.URL(), "two").CombinedOutput()
+			if strings.Contains(string(out), "permits:") {
+				return string(out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal("dlock status never showed the permit")
+		return ""
+	}
+	if out := waitStatus(); !strings.Contains(out, "1 of 2 taken") || !strings.Contains(out, "cmd=sleep") {
+		t.Errorf("dlock status:\n%s", out)
+	}
+	other := exec.Command(dlockBin, "run", "--redis", s.URL(), "--limit", "3", "two", "--", "true")
+	other.Env = withoutDlockEnv(os.Environ())
+	out, _ := other.CombinedOutput()
+	if code := other.ProcessState.ExitCode(); code != 64 || !strings.Contains(string(out), "limit 2") {
+		t.Errorf("--limit 3 on a key held with --limit 2: exit %d, %s", code, out)
+	}
+}

@@ -43,6 +43,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	wait := fset.Duration("wait", 0, "how long to wait")
 	grace := fset.Duration("kill-grace", 5*time.Second, "TERM to KILL")
 	metadata := fset.String("metadata", "", "who holds the lock (default: host, pid and command)")
+	limit := fset.Int("limit", 1, "how many copies may run at once across the fleet")
 	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
@@ -86,6 +87,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--wait %s is negative", *wait)
 	case *grace < 0:
 		return c.usageError("run", "--kill-grace %s is negative", *grace)
+	case *limit < 1:
+		return c.usageError("run", "--limit %d: at least one copy must be allowed to run", *limit)
 	}
 	t, code := c.open(ctx, "run", &rf)
 	if t == nil {
@@ -105,7 +108,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	if len(*metadata) > dlock.MaxMetadata {
 		return c.usageError("run", "--metadata is %d bytes, longer than %d", len(*metadata), dlock.MaxMetadata)
 	}
-	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata))
+	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata), dlock.WithLimit(*limit))
 	if lock == nil {
 		return code
 	}

@@ -107,6 +107,11 @@ Flags:
         Who holds the lock, shown by dlock status (at most 1024 bytes;
         default "host=HOST pid=PID cmd=COMMAND", the command's name without
         its arguments, which may hold secrets).
+    --limit N
+        Run at most N copies at once across the fleet (default 1): KEY is
+        then a semaphore of N permits. Every host must give the same N; a
+        different one is refused (exit 64). Over several Redis URLs a permit
+        needs more nodes than a lock: more than nodes·N/(N+1).
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
@@ -139,9 +144,11 @@ It is a snapshot: it proves nothing about ownership.
 Flags:
     --json
         Print JSON for scripts: {"key", "held", "reserved", "ttl_ms", "fence",
-        "waiters", "metadata", "quorum", "nodes": [{"addr", "held",
-        "reserved", "ttl_ms", "fence", "waiters", "error"}]}. ttl_ms is 0 when
-        the key is not held; metadata is left out when there is none.
+        "waiters", "metadata", "limit", "permits": [{"metadata", "ttl_ms"}],
+        "quorum", "nodes": [{"addr", "held", "reserved", "ttl_ms", "fence",
+        "waiters", "error"}]}. ttl_ms is 0 when the key is not held; metadata
+        is left out when there is none; limit and permits are there for a
+        semaphore (dlock run --limit) that has holders.
 ` + redisFlagsUsage + `
 Exit status: 0; 69 when no Redis node answered; 78 when Redis refused the
 commands (see dlock help run); 64 on a usage error.

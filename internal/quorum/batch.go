@@ -9,23 +9,32 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher is a client whose Process sends the commands that goroutines
-// issue at the same time as pipelines: one write and one read for many
-// commands, instead of a round trip each (what rueidis calls
-// auto-pipelining). A command issued while no other is in flight goes out at
-// once, as with the client itself. One issued while another is in flight
-// waits in a queue; when the command in flight has its answer, its caller
-// sends everything queued as one pipeline, and when that pipeline has its
-// answers, one of its callers sends what queued meanwhile, and so on: no
-// goroutine sends more than its own command and one pipeline, so no caller
-// is kept long for the others, and at most one connection is busy.
+// batcher sends the commands that goroutines issue to one node at the same
+// time as pipelines: one write and one read for many commands, instead of a
+// round trip each (what rueidis calls auto-pipelining).
 //
-// A queued caller whose ctx ends stops waiting: its command is taken out of
-// the queue if it was not sent yet (it will never run, and its error is
-// ctx's), else its answer is ignored and the command may still run, as with
-// any call that timed out. Other methods go to the client directly.
+// A command issued while no other is in flight goes out at once, on the
+// caller's goroutine, as with the client itself. One issued while another is
+// in flight waits in a queue; once the command in flight has its answer, a
+// sender goroutine (started then, gone when the queue is empty) sends what
+// queued as one pipeline, then what queued meanwhile, and so on. No caller
+// ever sends or waits for another caller's command, so every call stays
+// bounded by its own deadline. All commands go out one batch after the
+// other: a command sent through a batcher runs after every command sent
+// through it before.
+//
+// A queued caller whose ctx ends stops waiting (when abandon is set): its
+// command is taken out of the queue if it was not sent yet (it will never
+// run, and its error is ctx's), else its answer is ignored and the command
+// may still run, though before any command queued after it. Without abandon
+// (calls on workers, whose late answers are handled once they are in) a
+// caller waits for its command's answer: the pipeline is bounded by the
+// earliest deadline of its callers and the client's socket deadlines.
 type batcher struct {
-	redis.UniversalClient
+	// client returns the client for commands with this timeout: the
+	// node's client, or a copy whose socket deadlines are the timeout.
+	client  func(timeout time.Duration) redis.UniversalClient
+	abandon bool
 
 	mu    sync.Mutex
 	busy  bool // a command or pipeline is in flight
@@ -36,38 +45,47 @@ type batcher struct {
 // copy of it, whose answer is copied into cmd unless the caller stopped
 // waiting (then cmd is the caller's again).
 type queued struct {
-	ctx  context.Context
-	cmd  *redis.Cmd
-	done chan struct{} // closed once cmd has its answer (or error)
+	ctx     context.Context
+	timeout time.Duration
+	cmd     *redis.Cmd
+	done    chan struct{} // closed once cmd has its answer (or error)
 
 	// Guarded by the batcher's mu.
-	taken     bool // in a pipeline: no longer in the queue
+	taken     bool // in a pipeline, or dropped: no longer in the queue
+	dropped   bool // its ctx had ended when the pipeline was made: not sent
 	answered  bool // cmd has the pipeline's answer
 	abandoned bool // its caller stopped waiting (cmd is left alone)
-	lead      bool // its caller sends the next pipeline once done
 }
 
-// Process sends cmd, in a pipeline with other callers' commands if some are
-// in flight. Only a *redis.Cmd is queued; other commands go out at once.
-func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
+// process sends cmd, with this timeout, in a pipeline with other callers'
+// commands if some are in flight. Only a *redis.Cmd is queued; other
+// commands go out at once.
+func (b *batcher) process(ctx context.Context, timeout time.Duration, cmd redis.Cmder) error {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
-		return b.UniversalClient.Process(ctx, cmd)
+		return b.client(timeout).Process(ctx, cmd)
 	}
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		err := b.UniversalClient.Process(ctx, cmd)
-		b.next()
-		return err
+		defer b.sent()
+		return b.client(timeout).Process(ctx, cmd)
 	}
-	q := &queued{ctx: ctx, cmd: c, done: make(chan struct{})}
+	q := &queued{ctx: ctx, timeout: timeout, cmd: c, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
+	var ended <-chan struct{}
+	if b.abandon {
+		ended = ctx.Done()
+	}
 	select {
 	case <-q.done:
-	case <-ctx.Done():
+		if q.dropped {
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+	case <-ended:
 		b.mu.Lock()
 		switch {
 		case !q.taken:
@@ -77,8 +95,8 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
 		case !q.answered:
-			// Sent: it may still run; its answer is not waited for (the
-			// pipeline no longer touches cmd).
+			// Sent, or being sent: it may still run; its answer is not
+			// waited for (the pipeline no longer touches cmd).
 			q.abandoned = true
 			b.mu.Unlock()
 			cmd.SetErr(ctx.Err())
@@ -88,19 +106,23 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 		b.mu.Unlock()
 		<-q.done
 	}
-	b.mu.Lock()
-	lead := q.lead
-	b.mu.Unlock()
-	if lead {
-		b.next()
-	}
 	return cmd.Err()
 }
 
-// next is called by the caller whose command or pipeline just got its
-// answers: it sends what is queued, if anything, as one pipeline, and then
-// hands the next one to one of that pipeline's callers that still waits.
-func (b *batcher) next() {
+// sent is called when the command sent at once has its answer: what queued
+// meanwhile goes to a sender goroutine.
+func (b *batcher) sent() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.busy = false
+		return
+	}
+	go b.drain()
+}
+
+// drain sends the queue as pipelines until it is empty.
+func (b *batcher) drain() {
 	for {
 		b.mu.Lock()
 		batch := b.queue
@@ -110,10 +132,22 @@ func (b *batcher) next() {
 			return
 		}
 		b.queue = nil
+		live := batch[:0:0]
 		for _, q := range batch {
 			q.taken = true
+			if q.ctx.Err() != nil {
+				// Its caller has stopped waiting, or is about to: not sent.
+				q.dropped = true
+				close(q.done)
+				continue
+			}
+			live = append(live, q)
 		}
 		b.mu.Unlock()
+		batch = live
+		if len(batch) == 0 {
+			continue
+		}
 
 		sent := b.send(batch)
 
@@ -125,39 +159,21 @@ func (b *batcher) next() {
 				q.answered = true
 			}
 		}
-		var leader *queued
-		more := len(b.queue) > 0
-		if more {
-			for _, q := range batch {
-				if !q.abandoned {
-					leader = q
-					break
-				}
-			}
-			if leader != nil {
-				leader.lead = true
-			}
-		} else {
-			b.busy = false
-		}
 		b.mu.Unlock()
 		for _, q := range batch {
 			close(q.done)
 		}
-		if !more || leader != nil {
-			return
-		}
-		// Every caller of the batch stopped waiting: nobody of it is left
-		// to send what queued meanwhile, so go on.
 	}
 }
 
-// send sends copies of the batch's commands as one pipeline, on a context
-// that its callers' cancellation does not end, with the latest of their
-// deadlines, if they all have one (the client's socket deadlines bound it
-// too), and returns them.
+// send sends copies of the batch's commands as one pipeline and returns
+// them. It runs on a context that its callers' cancellation does not end,
+// with the latest of their deadlines if they all have one (go-redis does not
+// retry past it; a caller does not wait past its own), on the client of the
+// shortest timeout among them (whose socket deadlines bound it too).
 func (b *batcher) send(batch []*queued) []*redis.Cmd {
 	var deadline time.Time
+	timeout := batch[0].timeout
 	for _, q := range batch {
 		d, ok := q.ctx.Deadline()
 		if !ok {
@@ -168,13 +184,16 @@ func (b *batcher) send(batch []*queued) []*redis.Cmd {
 			deadline = d
 		}
 	}
+	for _, q := range batch {
+		timeout = min(timeout, q.timeout)
+	}
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	pipe := b.UniversalClient.Pipeline()
+	pipe := b.client(timeout).Pipeline()
 	sent := make([]*redis.Cmd, len(batch))
 	for i, q := range batch {
 		sent[i] = redis.NewCmd(q.ctx, q.cmd.Args()...)
@@ -189,4 +208,16 @@ func (b *batcher) send(batch []*queued) []*redis.Cmd {
 		}
 	}
 	return sent
+}
+
+// batchedClient is a client whose Process goes through a batcher, with the
+// timeout of the calls it serves; its other methods are the client's.
+type batchedClient struct {
+	redis.UniversalClient
+	b       *batcher
+	timeout time.Duration
+}
+
+func (c *batchedClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	return c.b.process(ctx, c.timeout, cmd)
 }

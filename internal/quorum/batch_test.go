@@ -19,7 +19,8 @@ import (
 func TestBatcherAnswers(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
-	b := &batcher{UniversalClient: c.WithTimeout(time.Second)}
+	wc := c.WithTimeout(time.Second)
+	b := &batcher{client: func(time.Duration) redis.UniversalClient { return wc }, abandon: true}
 	const goroutines, calls = 64, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -35,7 +36,7 @@ func TestBatcherAnswers(t *testing.T) {
 				}
 				want := strconv.Itoa(g) + ":" + strconv.Itoa(i)
 				cmd := redis.NewCmd(ctx, "echo", want)
-				err := b.Process(ctx, cmd)
+				err := b.process(ctx, time.Second, cmd)
 				cancel()
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -54,20 +55,33 @@ func TestBatcherAnswers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.busy || len(b.queue) > 0 {
-		t.Errorf("batcher left busy %v with %d queued", b.busy, len(b.queue))
+	// The sender goroutine finds the queue empty and stops.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		busy, queued := b.busy, len(b.queue)
+		b.mu.Unlock()
+		if !busy && queued == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batcher left busy %v with %d queued", busy, queued)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
-// TestBatcherFrozenServer: with the server frozen, every caller returns by
-// its deadline, whether its command was in flight, in a pipeline or queued.
+// TestBatcherFrozenServer: with the server frozen and callers arriving all
+// the time, every caller returns by its own deadline (or the socket deadline,
+// for the one whose command went out at once), however long other callers'
+// commands take, and the batcher works again once the server is back.
 func TestBatcherFrozenServer(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
-	b := &batcher{UniversalClient: c.WithTimeout(300 * time.Millisecond)}
-	if err := b.Process(context.Background(), redis.NewCmd(context.Background(), "ping")); err != nil {
+	const socket = 300 * time.Millisecond
+	wc := c.WithTimeout(socket)
+	b := &batcher{client: func(time.Duration) redis.UniversalClient { return wc }, abandon: true}
+	if err := b.process(context.Background(), socket, redis.NewCmd(context.Background(), "ping")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Freeze(); err != nil {
@@ -75,33 +89,38 @@ func TestBatcherFrozenServer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Thaw() })
 	var wg sync.WaitGroup
-	for range 20 {
+	for i := range 60 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			// Mixed deadlines: a short caller must not wait for a long one.
+			d := 100 * time.Millisecond
+			if i%3 == 0 {
+				d = 3 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d)
 			defer cancel()
 			start := time.Now()
-			err := b.Process(ctx, redis.NewCmd(ctx, "ping"))
+			err := b.process(ctx, socket, redis.NewCmd(ctx, "ping"))
 			if err == nil {
 				t.Error("a frozen server answered")
 			}
-			// The caller in flight waits for its socket deadline (300ms),
-			// the others for their ctx (200ms); a loaded machine adds some.
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("returned after %v", d)
+			// A loaded machine adds some.
+			if took, limit := time.Since(start), max(d, socket)+time.Second; took > limit {
+				t.Errorf("a caller with a %v deadline returned after %v", d, took)
 			}
 		}()
+		time.Sleep(20 * time.Millisecond)
 	}
 	wg.Wait()
 	if err := s.Thaw(); err != nil {
 		t.Fatal(err)
 	}
 	// Once the server answers again, the batcher works again.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		err := b.Process(ctx, redis.NewCmd(ctx, "ping"))
+		err := b.process(ctx, socket, redis.NewCmd(ctx, "ping"))
 		if err == nil {
 			break
 		}

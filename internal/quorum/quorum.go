@@ -58,12 +58,12 @@ type Node struct {
 	// returns a copy of it whose socket deadlines are the timeout (see
 	// bounded).
 	withTimeout func(time.Duration) redis.UniversalClient
-	// batched is Client in a batcher (a *redis.Client), else Client: calls
-	// that run on a worker use it, and so do inline calls when it honours
-	// ctx deadlines.
-	batched     redis.UniversalClient
-	boundedMu   sync.Mutex
-	boundedList atomic.Pointer[[]boundedClient]
+	// inlineB batches the inline calls (a *redis.Client), workerB the calls
+	// on workers; nil for other clients.
+	inlineB, workerB *batcher
+	worker1          redis.UniversalClient // Client through workerB
+	boundedMu        sync.Mutex
+	boundedList      atomic.Pointer[[]boundedClient]
 
 	jobs      chan func()
 	stop      chan struct{}
@@ -136,32 +136,41 @@ func (n *Node) answered(err error) {
 	}
 }
 
-// boundedClient is a copy of a node's client whose socket deadlines are
-// timeout.
+// boundedClient is the client of inline calls with a timeout: through the
+// node's inline batcher, on the node's client or a copy of it whose socket
+// deadlines are the timeout.
 type boundedClient struct {
 	timeout time.Duration
-	client  redis.UniversalClient
+	base    redis.UniversalClient // the client or its copy
+	client  redis.UniversalClient // base through the batcher
 }
 
-// maxBounded is how many timeouts a node keeps a bounded copy of its client
-// for. A Locker uses a few (its node timeout for the TTLs in use, the
-// release's); calls with other timeouts run on a worker.
+// maxBounded is how many timeouts a node keeps a bounded client for. A
+// Locker uses a few (its node timeout for the TTLs in use, the release's);
+// calls with other timeouts run on a worker.
 const maxBounded = 8
 
-// bounded returns a client for a call with this timeout that runs inline: the
-// node's own client if it honours ctx deadlines, else a copy of it whose
-// socket deadlines are timeout, or nil if there is none.
+// bounded returns a client for an inline call with this timeout, or nil if
+// there is none (see Call).
 func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
-	if n.HonoursCtx {
-		return n.batched
+	if b := n.boundedFor(timeout); b != nil {
+		return b.client
 	}
-	if n.withTimeout == nil {
+	if n.HonoursCtx && n.inlineB == nil {
+		return n.Client // a Cluster client: no batcher
+	}
+	return nil
+}
+
+// boundedFor returns the bounded client for timeout, made if need be.
+func (n *Node) boundedFor(timeout time.Duration) *boundedClient {
+	if n.inlineB == nil || (!n.HonoursCtx && n.withTimeout == nil) {
 		return nil
 	}
 	if l := n.boundedList.Load(); l != nil {
-		for _, b := range *l {
-			if b.timeout == timeout {
-				return b.client
+		for i := range *l {
+			if (*l)[i].timeout == timeout {
+				return &(*l)[i]
 			}
 		}
 	}
@@ -171,24 +180,36 @@ func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
 	if l := n.boundedList.Load(); l != nil {
 		list = *l
 	}
-	for _, b := range list {
-		if b.timeout == timeout {
-			return b.client
+	for i := range list {
+		if list[i].timeout == timeout {
+			return &list[i]
 		}
 	}
 	if len(list) >= maxBounded {
 		return nil
 	}
-	c := &batcher{UniversalClient: n.withTimeout(timeout)}
-	list = append(slices.Clip(list), boundedClient{timeout, c})
+	base := n.Client
+	if !n.HonoursCtx {
+		base = n.withTimeout(timeout)
+	}
+	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base,
+		client: &batchedClient{UniversalClient: base, b: n.inlineB, timeout: timeout}})
 	n.boundedList.Store(&list)
-	return c
+	return &list[len(list)-1]
+}
+
+// baseFor is the inline batcher's client for timeout.
+func (n *Node) baseFor(timeout time.Duration) redis.UniversalClient {
+	if b := n.boundedFor(timeout); b != nil {
+		return b.base
+	}
+	return n.Client
 }
 
 // workerClient returns the client with which a call runs on a worker.
 func (n *Node) workerClient() redis.UniversalClient {
-	if n.batched != nil {
-		return n.batched
+	if n.worker1 != nil {
+		return n.worker1
 	}
 	return n.Client
 }
@@ -261,13 +282,14 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Client:
 		o := c.Options()
 		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
-		n.batched = &batcher{UniversalClient: c}
+		n.inlineB = &batcher{client: n.baseFor, abandon: true}
+		n.workerB = &batcher{client: func(time.Duration) redis.UniversalClient { return c }}
+		n.worker1 = &batchedClient{UniversalClient: c, b: n.workerB}
 		if !n.HonoursCtx && withTimeoutKeepsHooks() {
 			n.withTimeout = func(d time.Duration) redis.UniversalClient { return c.WithTimeout(d) }
 		}
 	case *redis.ClusterClient:
 		o := c.Options()
-		n.batched = c
 		if len(o.Addrs) > 0 {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
@@ -276,7 +298,6 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Ring:
 		o := c.Options()
 		n.HonoursCtx = o.ContextTimeoutEnabled
-		n.batched = c
 	}
 	if n.Addr == "" {
 		n.Addr = fallbackAddr

@@ -192,6 +192,21 @@ func run(quick bool, reps int, out string) error {
 		r.Contended = append(r.Contended, cc)
 	}
 
+	// 2b. A semaphore (dlock only: no peer has one): limit 4, 32 workers.
+	if want("contended") {
+		sem := bench.DlockSemaphoreLibrary(4)
+		for rep := 0; rep < s.reps; rep++ {
+			res, err := bench.Contended(sem, srv, 32, 200*time.Microsecond, s.warm, s.dur)
+			if err != nil {
+				return err
+			}
+			log("semaphore limit 4 W=32 rep %d %7.0f acq/s fair %.2f cmds %.1f viol %d err %d",
+				rep+1, res.AcqPerSec, res.Fairness(), res.Commands, res.Violations, res.Errors)
+			r.Semaphore = append(r.Semaphore, res)
+			flush()
+		}
+	}
+
 	// 3. Idle waiting.
 	if !want("idle") {
 		s.idleReps = 0
