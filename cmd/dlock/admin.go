@@ -44,12 +44,12 @@ func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
 
 // statusJSON is the output of dlock status --json.
 type statusJSON struct {
-	Key      string     `json:"key"`
-	Held     bool       `json:"held"`
-	Reserved bool       `json:"reserved"`
-	TTLms    int64      `json:"ttl_ms"`
-	Fence    uint64     `json:"fence"`
-	Waiters  int64      `json:"waiters"`
+	Key      string       `json:"key"`
+	Held     bool         `json:"held"`
+	Reserved bool         `json:"reserved"`
+	TTLms    int64        `json:"ttl_ms"`
+	Fence    uint64       `json:"fence"`
+	Waiters  int64        `json:"waiters"`
 	Metadata string       `json:"metadata,omitempty"`
 	Limit    int          `json:"limit,omitempty"`
 	Permits  []permitJSON `json:"permits,omitempty"`
