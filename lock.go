@@ -345,14 +345,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit)))
-			if err != nil {
-				return 0, err
-			}
-			n, ok := v.(int64)
-			if !ok {
-				return 0, badReply("unexpected extend reply %v", v)
-			}
-			return n, nil
+			return intReply("extend", v, err)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			ok, bad := countOK(rs)

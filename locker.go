@@ -1084,12 +1084,17 @@ func (l *Locker) runRelease(ctx context.Context, c redis.UniversalClient, nm *na
 		m = "1"
 	}
 	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m))
+	return intReply("release", v, err)
+}
+
+// intReply is a script's integer reply (of release.lua, extend.lua).
+func intReply(script string, v any, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, badReply("unexpected release reply %v", v)
+		return 0, badReply("unexpected %s reply %v", script, v)
 	}
 	return n, nil
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,18 +12,41 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
-// releaseCounter counts the release.lua calls a client sends.
-type releaseCounter struct{ n atomic.Int64 }
-
-func (h *releaseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *releaseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// releaseHook counts the release.lua calls a client sends, and fails the
+// first one after drop is set without sending it (as a connection that broke
+// before the command was written).
+type releaseHook struct {
+	n    atomic.Int64
+	drop atomic.Bool
 }
-func (h *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src) {
-			h.n.Add(1)
+
+func isRelease(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src)
+}
+
+func (h *releaseHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *releaseHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if isRelease(c) {
+				h.n.Add(1)
+			}
 		}
+		return next(ctx, cmds)
+	}
+}
+func (h *releaseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isRelease(cmd) {
+			return next(ctx, cmd)
+		}
+		if h.drop.CompareAndSwap(true, false) {
+			err := errors.New("test: connection broken before the release was written")
+			cmd.SetErr(err)
+			return err
+		}
+		h.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
@@ -32,45 +56,14 @@ func (h *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // then releases it once, instead of releasing at once and cleaning the node
 // up again in the background; the key is gone from every node.
 func TestReleaseAwaitsPendingAnswers(t *testing.T) {
-	servers := dlocktest.StartN(t, 5)
-	proxy, err := dlocktest.NewProxy(servers[4].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	var clients []redis.UniversalClient
-	for _, s := range servers[:4] {
-		c := s.Client()
-		t.Cleanup(func() { _ = c.Close() })
-		clients = append(clients, c)
-	}
-	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = slow.Close() })
-	counter := &releaseCounter{}
-	slow.AddHook(counter)
-	clients = append(clients, slow)
-	l, err := NewRedlock(clients)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	counter := &releaseHook{}
+	l, servers, proxy := slowFifthNode(t, "pending", counter)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-
-	// Scripts loaded everywhere first, so that the slow node's first
-	// command is not a NOSCRIPT round trip more.
-	k, err := l.Acquire(ctx, "pending")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitIdle(t, l, 4)
 	before := counter.n.Load()
 
 	proxy.SetLatency(30 * time.Millisecond)
-	k, err = l.Acquire(ctx, "pending")
+	k, err := l.Acquire(ctx, "pending")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +79,46 @@ func TestReleaseAwaitsPendingAnswers(t *testing.T) {
 			t.Errorf("node %d: key left (%d, %v)", i, n, err)
 		}
 	}
+}
+
+// slowFifthNode returns a Locker on five nodes, the fifth behind a proxy and
+// with hook on its client, after one acquisition and release of key (the
+// scripts loaded everywhere, so that the slow node's first command is not a
+// NOSCRIPT round trip more) and once the fifth node's cleaner is idle.
+func slowFifthNode(t *testing.T, key string, hook redis.Hook) (*Locker, []*dlocktest.Server, *dlocktest.Proxy) {
+	t.Helper()
+	servers := dlocktest.StartN(t, 5)
+	proxy, err := dlocktest.NewProxy(servers[4].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	var clients []redis.UniversalClient
+	for _, s := range servers[:4] {
+		c := s.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = slow.Close() })
+	slow.AddHook(hook)
+	clients = append(clients, slow)
+	l, err := NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, l, 4)
+	return l, servers, proxy
 }
 
 // waitIdle waits until node i's cleaner has nothing to do.

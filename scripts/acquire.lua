@@ -98,6 +98,19 @@ local function counter()
   end
   return c
 end
+-- grantable reads the counter and checks the keys a grant writes, before
+-- anything is written: it returns the counter, or false and an error reply.
+local function grantable()
+  local c, bad = counter()
+  if bad then
+    return false, bad
+  end
+  local refused = refuseWrongTypes(queued, metadata ~= '')
+  if refused then
+    return false, refused
+  end
+  return c
+end
 -- issue writes and returns the next fence after the counter c (false: none).
 local function issue(c)
   local t = redis.call('TIME')
@@ -205,13 +218,9 @@ if ARGV[5] ~= '1' then
   local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[1], '~' .. waiter)
   resv = resv and tonumber(resv) > now
   if mine or resv or live < limit then
-    c, bad = counter()
+    c, bad = grantable()
     if bad then
       return bad
-    end
-    local refused = refuseWrongTypes(queued, metadata ~= '')
-    if refused then
-      return refused
     end
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     if resv then
@@ -259,13 +268,9 @@ else
     return notString(v)
   end
   if v == false or v == token or v == '~' .. waiter then
-    c, bad = counter()
+    c, bad = grantable()
     if bad then
       return bad
-    end
-    local refused = refuseWrongTypes(queued, metadata ~= '')
-    if refused then
-      return refused
     end
     redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
     granted = true

@@ -217,26 +217,8 @@ echo $((n + 1)) > "$DIR/counter"
 echo "$DLOCK_FENCE" >> "$DIR/fences"
 rmdir "$DIR/inside"`
 	const procs, rounds = 8, 2
-	var wg sync.WaitGroup
-	errs := make(chan string, procs*rounds)
-	for range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--wait", "60s", "--ttl", "5s", "rmw", "--", "sh", "-c", script)
-				cmd.Env = append(withoutDlockEnv(os.Environ()), "DIR="+dir)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					errs <- fmt.Sprintf("%v: %s", err, out)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	runConcurrently(t, procs, rounds, []string{"DIR=" + dir},
+		"run", "--redis", s.URL(), "--wait", "60s", "--ttl", "5s", "rmw", "--", "sh", "-c", script)
 	counter, _ := os.ReadFile(filepath.Join(dir, "counter"))
 	if got := strings.TrimSpace(string(counter)); got != fmt.Sprint(procs*rounds) {
 		t.Errorf("counter = %s, want %d: updates were lost", got, procs*rounds)
@@ -595,24 +577,8 @@ sleep 0.1
 echo x >> "$DIR/ran"
 rmdir "$DIR/$slot"`
 	const procs = 6
-	var wg sync.WaitGroup
-	errs := make(chan string, procs)
-	for range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--limit", "2", "--wait", "60s", "--ttl", "5s", "two", "--", "sh", "-c", script)
-			cmd.Env = append(withoutDlockEnv(os.Environ()), "DIR="+dir)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				errs <- fmt.Sprintf("%v: %s", err, out)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	runConcurrently(t, procs, 1, []string{"DIR=" + dir},
+		"run", "--redis", s.URL(), "--limit", "2", "--wait", "60s", "--ttl", "5s", "two", "--", "sh", "-c", script)
 	ran, _ := os.ReadFile(filepath.Join(dir, "ran"))
 	if n := strings.Count(string(ran), "x"); n != procs {
 		t.Errorf("%d copies ran, want %d", n, procs)
@@ -644,5 +610,31 @@ rmdir "$DIR/$slot"`
 	out, _ := other.CombinedOutput()
 	if code := other.ProcessState.ExitCode(); code != 64 || !strings.Contains(string(out), "limit 2") {
 		t.Errorf("--limit 3 on a key held with --limit 2: exit %d, %s", code, out)
+	}
+}
+
+// runConcurrently runs dlock with args from procs goroutines at once, rounds
+// times each, with env added to the environment, and reports every failure.
+func runConcurrently(t *testing.T, procs, rounds int, env []string, args ...string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan string, procs*rounds)
+	for range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				cmd := exec.Command(dlockBin, args...)
+				cmd.Env = append(withoutDlockEnv(os.Environ()), env...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					errs <- fmt.Sprintf("%v: %s", err, out)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
