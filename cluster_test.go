@@ -211,3 +211,51 @@ func TestClusterFailover(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterSemaphoreAndElection: a semaphore (awkward names included) and
+// an election on a real Cluster: permits, a waiter woken by a release,
+// Status's permits; a leader announced to an observer, and its resignation.
+func TestClusterSemaphoreAndElection(t *testing.T) {
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	for _, key := range []string{"sem", "}sem{", "\x00sem"} {
+		p1, err := a.TryAcquire(ctx(t), key, dlock.WithLimit(2), dlock.WithMetadata("p1"))
+		if err != nil {
+			t.Fatalf("%q: %v", key, err)
+		}
+		p2, err := b.TryAcquire(ctx(t), key, dlock.WithLimit(2))
+		if err != nil {
+			t.Fatalf("%q: %v", key, err)
+		}
+		if st, err := a.Status(ctx(t), key); err != nil || st.Limit != 2 || len(st.Permits) != 2 {
+			t.Fatalf("%q: Status %+v, %v", key, st, err)
+		}
+		got := acquireAsync(t, b, key, dlock.WithLimit(2))
+		waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter for "+key)
+		handoff(t, p1, got, "a waiter for a permit of "+key)
+		p2.Release(ctx(t))
+	}
+
+	octx, stop := context.WithCancel(ctx(t))
+	defer stop()
+	obs := b.Observe(octx, "leader")
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("first: %+v", ld)
+	}
+	k, err := a.Campaign(ctx(t), "leader", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-obs; ld.Value != "node-a" || ld.Term != k.Fence() {
+		t.Fatalf("observed %+v", ld)
+	}
+	if ld, err := b.Leader(ctx(t), "leader"); err != nil || ld.Term != k.Fence() {
+		t.Fatalf("Leader: %+v, %v", ld, err)
+	}
+	k.Release(ctx(t))
+	if ld := <-obs; ld != (dlock.Leader{}) {
+		t.Fatalf("after the resignation: %+v", ld)
+	}
+}

@@ -793,11 +793,11 @@ func ctx(t *testing.T) context.Context { return ctxTimeout(t, 30*time.Second) }
 
 // acquireAsync starts Acquire(key) on l and delivers the lock (nil on an
 // error, which fails the test).
-func acquireAsync(t *testing.T, l *dlock.Locker, key string) <-chan *dlock.Lock {
+func acquireAsync(t *testing.T, l *dlock.Locker, key string, opts ...dlock.LockOption) <-chan *dlock.Lock {
 	t.Helper()
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		k, err := l.Acquire(ctx(t), key)
+		k, err := l.Acquire(ctx(t), key, opts...)
 		if err != nil {
 			t.Error(err)
 		}
