@@ -136,8 +136,9 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, time.Duration,
 // expired. Changes are announced on a pub/sub channel; besides, once the
 // leader's lock would have expired, Observe reads the leader again, which
 // catches a leader that died without resigning (one read per TTL of the
-// leader's lock, at most). The channel is closed when ctx ends or the Locker
-// is closed; an invalid key closes it at once.
+// leader's lock, at most), and every 15s while there is no leader, in case
+// an announcement was missed. The channel is closed when ctx ends or the
+// Locker is closed; an invalid key closes it at once.
 //
 // Changes are kept for a reader that falls behind, up to 64: one further
 // behind loses the oldest of them. Changes are never reordered, and the
