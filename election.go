@@ -43,6 +43,11 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 	if value == "" {
 		return nil, invalid("a leader's value must not be empty")
 	}
+	if cfg, err := l.lockConfig(key, opts); err != nil {
+		return nil, err
+	} else if cfg.limit > 1 {
+		return nil, invalid("an election has one leader: WithLimit(%d) does not apply", cfg.limit)
+	}
 	all := make([]LockOption, 0, len(opts)+1)
 	all = append(all, opts...)
 	all = append(all, WithMetadata(value))
@@ -53,7 +58,7 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 	k.mu.Lock()
 	k.election = true
 	k.mu.Unlock()
-	l.announce(key, "L "+strconv.FormatUint(k.fence, 10)+" "+value)
+	l.announce(key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.token+" "+value)
 	return k, nil
 }
 
@@ -83,26 +88,30 @@ func (l *Locker) announce(key, msg string) {
 // the leader's lock, the leader's fence unless a node counted further while
 // it was away.
 func (l *Locker) Leader(ctx context.Context, key string) (Leader, error) {
-	ld, _, err := l.leader(ctx, key)
+	ld, _, _, err := l.leader(ctx, key)
 	return ld, err
 }
 
-// leader is Leader, with the shortest remaining TTL of the leader's lock
-// among the nodes that hold it.
-func (l *Locker) leader(ctx context.Context, key string) (Leader, time.Duration, error) {
+// leader is Leader, with the leader's token and the shortest remaining TTL
+// of its lock among the nodes that hold it.
+func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.Duration, error) {
 	st, err := l.Status(ctx, key)
 	if err != nil {
-		return Leader{}, 0, err
+		return Leader{}, "", 0, err
 	}
-	answered := 0
+	if st.Limit > 0 {
+		return Leader{}, "", 0, invalid("%q is a semaphore (limit %d), not an election", key, st.Limit)
+	}
+	answered, most := 0, 0
 	held := map[string]int{}
 	for _, ns := range st.Nodes {
 		if ns.Err != nil {
 			continue
 		}
 		answered++
-		if ns.Held && !ns.Reserved {
+		if ns.Held && !ns.Reserved && ns.token != "" {
 			held[ns.token]++
+			most = max(most, held[ns.token])
 		}
 	}
 	for token, n := range held {
@@ -122,12 +131,13 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, time.Duration,
 				}
 			}
 		}
-		return ld, ttl, nil
+		return ld, token, ttl, nil
 	}
-	if answered < l.quorum {
-		return Leader{}, 0, fmt.Errorf("%w: leader of %q: %d of %d nodes answered, %d needed", ErrUnavailable, key, answered, len(l.nodes), l.quorum)
+	if most+len(l.nodes)-answered >= l.quorum {
+		// The nodes that did not answer may hold the lock of a leader.
+		return Leader{}, "", 0, fmt.Errorf("%w: leader of %q: %d of %d nodes answered, %d needed to tell", ErrUnavailable, key, answered, len(l.nodes), l.quorum)
 	}
-	return Leader{}, 0, fmt.Errorf("%w: %q", ErrNoLeader, key)
+	return Leader{}, "", 0, fmt.Errorf("%w: %q", ErrNoLeader, key)
 }
 
 // Observe watches the election named key. It sends the current leader at
@@ -288,10 +298,12 @@ const observeQueue = 64
 
 // electionState is what an observer knows of an election.
 type electionState struct {
-	cur  Leader // the current leader; zero: none
-	seen uint64 // the largest term known
-	// vacated: the term seen has ended (resigned, or its lock is gone).
-	vacated bool
+	cur   Leader // the current leader; zero: none
+	token string // the current (or last) leader's lock token
+	seen  uint64 // the largest term known
+	// vacated: the term seen has ended (resigned, or its lock is gone);
+	// resigned: by its leader's announcement.
+	vacated, resigned bool
 	// next is when to read the leader again: once the leader's lock would
 	// have expired without a renewal, or after observerFallback without one.
 	next time.Duration
@@ -313,10 +325,20 @@ const observerFallback = 15 * time.Second
 // read reads the leader and updates the state; it reports false when the
 // nodes could not tell.
 func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
-	ld, ttl, err := l.leader(ctx, key)
+	ld, token, ttl, err := l.leader(ctx, key)
 	switch {
 	case err == nil:
 		s.next = max(ttl, time.Millisecond) + 10*time.Millisecond
+		if token == s.token {
+			// The same leadership (on a quorum its term as read may
+			// differ from the one announced: see Leader): back after a
+			// vacancy that a read, not a resignation, reported.
+			if s.vacated && !s.resigned {
+				s.cur, s.vacated = Leader{Value: ld.Value, Term: s.seen}, false
+			}
+			s.unannounced = 0
+			return true
+		}
 		if ld.Term > s.seen {
 			if s.seen != 0 && s.unannounced != ld.Term {
 				// Its announcement may be on its way, with those of
@@ -324,7 +346,7 @@ func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
 				s.unannounced, s.next = ld.Term, announceGrace
 				return true
 			}
-			s.cur, s.seen, s.vacated = ld, ld.Term, false
+			s.cur, s.seen, s.vacated, s.resigned, s.token = ld, ld.Term, false, false, token
 		}
 		s.unannounced = 0
 		return true
@@ -339,23 +361,28 @@ func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
 }
 
 // apply updates the state with the announcement p, and reports whether it
-// changed: "L TERM VALUE", a leader won TERM; "V TERM", the leader of TERM
-// resigned. An announcement of an older term than the largest known is
+// changed: "L TERM TOKEN VALUE", a leader won TERM; "V TERM", the leader of
+// TERM resigned. An announcement of an older term than the largest known is
 // stale.
 func (s *electionState) apply(p string) bool {
 	kind, rest, _ := strings.Cut(p, " ")
-	termS, value, _ := strings.Cut(rest, " ")
+	termS, rest, _ := strings.Cut(rest, " ")
 	term, err := strconv.ParseUint(termS, 10, 64)
 	if err != nil {
 		return false
 	}
 	switch {
-	case kind == "L" && term > s.seen && value != "":
-		s.cur, s.seen, s.vacated = Leader{Value: value, Term: term}, term, false
+	case kind == "L" && term > s.seen:
+		token, value, _ := strings.Cut(rest, " ")
+		if value == "" {
+			return false
+		}
+		s.cur, s.seen, s.vacated, s.resigned, s.token = Leader{Value: value, Term: term}, term, false, false, token
 		return true
-	case kind == "V" && term == s.seen && !s.vacated:
-		s.cur, s.vacated = Leader{}, true
-		return true
+	case kind == "V" && term == s.seen && !s.resigned:
+		changed := !s.vacated
+		s.cur, s.vacated, s.resigned = Leader{}, true, true
+		return changed
 	}
 	return false
 }

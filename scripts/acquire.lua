@@ -129,6 +129,14 @@ end
 local function mismatch(held)
   return redis.error_reply('DLOCKLIMIT ' .. held .. ' ' .. ARGV[5])
 end
+-- prune removes a semaphore's expired permits and their metadata.
+local function prune(now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    redis.pcall('HDEL', KEYS[5], unpack(gone)) -- metadata of another type: left alone
+  end
+end
 -- notString is the reply when the lock key is not a string: a semaphore's
 -- holders (a sorted set), or a key of another program (err, WRONGTYPE).
 local function notString(err)
@@ -164,10 +172,14 @@ local function register(waiter, pos)
   return pos
 end
 -- done finishes a grant: metadata, the fence, the waiter's registration.
-local function done(c, own)
+local function done(c, own, last)
   if metadata ~= '' then
     redis.call('HSET', KEYS[5], token, metadata)
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    if last then
+      redis.call('PEXPIREAT', KEYS[5], last) -- a semaphore's: with the last permit
+    else
+      redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    end
   end
   local fence
   if own and c then
@@ -222,7 +234,7 @@ if ARGV[5] ~= '1' then
     if bad then
       return bad
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    prune(now)
     if resv then
       redis.call('ZREM', KEYS[1], '~' .. waiter)
     end
@@ -232,7 +244,7 @@ if ARGV[5] ~= '1' then
     redis.call('SET', KEYS[6], ARGV[5], 'PXAT', last)
     -- A retried grant gets a fence of its own too: other permits may
     -- have taken the next ones meanwhile.
-    return done(c, false)
+    return done(c, false, last)
   end
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return busy(math.max(tonumber(first[2]) - now, 0))

@@ -45,17 +45,20 @@ if ARGV[5] ~= '1' then
       return -1
     end
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    redis.pcall('HDEL', KEYS[2], unpack(gone))
+  end
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[1], last)
   redis.call('SET', KEYS[3], ARGV[5], 'PXAT', last)
-  if ours then
-    if ARGV[4] ~= '' then
-      redis.call('PEXPIRE', KEYS[2], ARGV[2])
-    end
-  else
-    meta()
+  if ARGV[4] ~= '' then
+    -- The permits share the metadata hash: it lives as long as the last
+    -- of them, and each renewal writes its own entry again.
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+    redis.call('PEXPIREAT', KEYS[2], last)
   end
   return 1
 end

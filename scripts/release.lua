@@ -84,7 +84,11 @@ if sem then
   if reserve then
     redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. nxt)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
+    redis.pcall('HDEL', KEYS[4], unpack(gone))
+  end
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   if last then
     redis.call('PEXPIREAT', KEYS[1], last)

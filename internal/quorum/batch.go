@@ -29,7 +29,7 @@ import (
 // may still run, though before any command queued after it. Without abandon
 // (calls on workers, whose late answers are handled once they are in) a
 // caller waits for its command's answer: the pipeline is bounded by the
-// earliest deadline of its callers and the client's socket deadlines.
+// latest deadline of its callers and the client's socket deadlines.
 type batcher struct {
 	// client returns the client for commands with this timeout: the
 	// node's client, or a copy whose socket deadlines are the timeout.
@@ -170,7 +170,8 @@ func (b *batcher) drain() {
 // them. It runs on a context that its callers' cancellation does not end,
 // with the latest of their deadlines if they all have one (go-redis does not
 // retry past it; a caller does not wait past its own), on the client of the
-// shortest timeout among them (whose socket deadlines bound it too).
+// longest timeout among them (whose socket deadlines bound it too), so that
+// no caller's command is cut short by another's shorter timeout.
 func (b *batcher) send(batch []*queued) []*redis.Cmd {
 	var deadline time.Time
 	timeout := batch[0].timeout
@@ -185,7 +186,7 @@ func (b *batcher) send(batch []*queued) []*redis.Cmd {
 		}
 	}
 	for _, q := range batch {
-		timeout = min(timeout, q.timeout)
+		timeout = max(timeout, q.timeout)
 	}
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if !deadline.IsZero() {
