@@ -38,12 +38,11 @@ type script struct {
 	src     string
 	sha     any // the SHA1 of src, hex-encoded
 	numKeys any // the number of keys, a decimal string
-	keys    int
 }
 
 func newScript(src string, keys int) *script {
 	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys), keys: keys}
+	return &script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys)}
 }
 
 // args returns the command for the script: EVALSHA, its SHA1, the number of
