@@ -844,13 +844,8 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			return len(rs)+suspects >= n
 		}, nil)
 	o := l.ownerChecked(results, missing, k.quorum)
-	var ansBuf [8]bool // on the stack for up to 8 nodes
-	answered := ansBuf[:0]
-	if n <= len(ansBuf) {
-		answered = ansBuf[:n]
-	} else {
-		answered = make([]bool, n)
-	}
+	var ansBuf [8]bool
+	answered := perNode(ansBuf[:], n)
 	for _, r := range results {
 		answered[r.Node] = r.Err == nil
 	}

@@ -867,12 +867,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	// On the stack for up to 8 nodes.
 	var effBuf [8]effect
 	var ansBuf [8]bool
-	effects, answered := effBuf[:0], ansBuf[:0]
-	if n <= len(effBuf) {
-		effects, answered = effBuf[:n], ansBuf[:n]
-	} else {
-		effects, answered = make([]effect, n), make([]bool, n)
-	}
+	effects, answered := perNode(effBuf[:], n), perNode(ansBuf[:], n)
 	for i := range effects {
 		effects[i] = effUnknown
 	}
@@ -945,13 +940,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
 		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
-			var leaseBuf [8]nodeLease // on the stack for up to 8 nodes
-			leases := leaseBuf[:0]
-			if n <= len(leaseBuf) {
-				leases = leaseBuf[:n]
-			} else {
-				leases = make([]nodeLease, n)
-			}
+			var leaseBuf [8]nodeLease
+			leases := perNode(leaseBuf[:], n)
 			for i, e := range effects {
 				switch e {
 				case effSet:
@@ -1105,6 +1095,16 @@ func (l *Locker) ttlArg(ttl time.Duration) any {
 		return l.defaultTTLArg
 	}
 	return strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// perNode returns n elements: buf's when n fits (an array on the caller's
+// stack, so that rounds on up to len(buf) nodes allocate nothing), else new
+// ones.
+func perNode[T any](buf []T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
 }
 
 // limitMismatch reports whether err is acquire.lua's refusal of a key held
