@@ -149,7 +149,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
 	// One answer is enough for a status.
-	o := outcome{n: len(l.nodes), q: 1}
+	o := outcome{key: key, n: len(l.nodes), q: 1}
 	for _, r := range results {
 		ns := r.Val
 		ns.Addr = l.nodes[r.Node].Addr
@@ -254,7 +254,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
 	// Every node must answer.
-	o := outcome{n: len(l.nodes), q: len(l.nodes)}
+	o := outcome{key: key, n: len(l.nodes), q: len(l.nodes)}
 	for _, r := range results {
 		switch {
 		case r.Err != nil:

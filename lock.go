@@ -44,6 +44,7 @@ type Lock struct {
 	nodes      []nodeLease  // per node
 	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
+	acquiredAt time.Time // the start of the acquiring round, for the hook
 	lostCh     chan struct{}
 	lost       bool // ownership ended while held (or Close took the lock back)
 	released   bool
@@ -144,6 +145,7 @@ func (k *Lock) start(start time.Time) bool {
 		return false
 	}
 	l.locks[k] = struct{}{}
+	k.acquiredAt = start
 	if k.autoRenew {
 		k.renewAt = start.Add(k.ttl / 3)
 	}
@@ -257,7 +259,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	shortens := ttl < k.ttl
 	k.mu.Unlock()
 	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
-	o := l.ownerChecked(results, missing, k.quorum)
+	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	k.mu.Lock()
 	k.recordRound(results, nil, start, bound, shortens)
 	close(recorded)
@@ -292,11 +294,20 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	}
 	k.mu.Unlock()
 	if lost {
-		k.markLost(ErrLockLost)
-		if err == nil {
+		cause := errExpired
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			cause = fmt.Errorf("%w: %w", ErrLockLost, err)
+		case err != nil:
+			cause = fmt.Errorf("%w: %w", errExpired, err)
+		default:
 			err = fmt.Errorf("%w: %q: no validity left", ErrNotHeld, k.key)
 		}
+		k.markLost(cause)
 		return err
+	}
+	if err != nil {
+		l.event(context.Background(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
 	}
 	if err == nil && len(o.free) > 0 && n > 1 {
 		// A quorum confirmed that we hold the lock, so nobody else can hold
@@ -577,7 +588,7 @@ func (k *Lock) tick() {
 	}
 	if k.untilLost() <= 0 {
 		k.mu.Unlock()
-		k.markLost(ErrLockLost)
+		k.markLost(errExpired)
 		return
 	}
 	renew := !k.renewAt.IsZero() && !time.Now().Before(k.renewAt)
@@ -632,6 +643,9 @@ func (k *Lock) untilLost() time.Duration {
 	return time.Until(k.validUntil) - lostMargin(k.ttl)
 }
 
+// errExpired is the cause of a loss by expiry (see tick).
+var errExpired = fmt.Errorf("%w: its validity ran out without a confirmed renewal", ErrLockLost)
+
 // lostMargin is how long before the end of its validity a lock is reported
 // lost (see untilLost).
 func lostMargin(ttl time.Duration) time.Duration { return min(ttl/20, 50*time.Millisecond) }
@@ -661,6 +675,10 @@ func (k *Lock) markLost(cause error) {
 	k.onLostFns = nil
 	k.mu.Unlock()
 	k.forget()
+	if k.l.hook != nil {
+		k.l.hook.Event(context.Background(), Event{Kind: EventLost, Key: k.key, Limit: k.limit,
+			Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause})
+	}
 	for _, f := range fns {
 		f(cause)
 	}
@@ -762,10 +780,14 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	if first {
 		k.forget()
 	}
+	hctx := ctx
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	roundErr := k.releaseRound(ctx, ttl)
+	if first && !wasLost && k.l.hook != nil {
+		k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Err: roundErr})
+	}
 	err := roundErr
 	if wasLost {
 		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
@@ -843,7 +865,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 			// would refuse an acquisition made right after Release.
 			return len(rs)+suspects >= n
 		}, nil)
-	o := l.ownerChecked(results, missing, k.quorum)
+	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	var ansBuf [8]bool
 	answered := perNode(ansBuf[:], n)
 	for _, r := range results {

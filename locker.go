@@ -28,6 +28,7 @@ type Locker struct {
 	nodes  []*quorum.Node
 	quorum int
 	cfg    lockerConfig
+	hook   Hook // nil: no hook (see WithHook)
 	// reserve is how long a release keeps the lock for the woken waiter:
 	// reserveFor on one Redis, 0 on a quorum (where each node would pick
 	// its own next waiter and could split the votes).
@@ -165,8 +166,19 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.seed = maphash.MakeSeed()
 	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
+	l.hook = hookOf(cfg.hooks)
 	for i, c := range clients {
-		l.nodes = append(l.nodes, quorum.NewNode(c, "#"+strconv.Itoa(i)))
+		node := quorum.NewNode(c, "#"+strconv.Itoa(i))
+		if h := l.hook; h != nil {
+			node.OnSuspect = func(suspect bool) {
+				kind := EventNodeBack
+				if suspect {
+					kind = EventNodeSuspect
+				}
+				h.Event(context.Background(), Event{Kind: kind, Node: node.Addr})
+			}
+		}
+		l.nodes = append(l.nodes, node)
 		l.subs = append(l.subs, &subscriber{l: l, node: i})
 		l.cleaners = append(l.cleaners, &cleaner{l: l, node: i, jobs: make(map[string]*cleanup), kick: make(chan struct{}, 1)})
 	}
@@ -415,6 +427,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
+	a := l.startAcquisition(ctx, key, cfg)
+	k, err := l.tryAcquire(ctx, key, cfg, a)
+	a.end(k, err)
+	return k, err
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
 	if l.isClosed() {
 		return nil, closedErr(key)
 	}
@@ -422,6 +441,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
 	k, res := l.attempt(ctx, key, cfg, nil, nil)
+	a.attempted(res.class())
 	if k != nil {
 		return k, nil
 	}
@@ -454,6 +474,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
+	a := l.startAcquisition(ctx, key, cfg)
+	k, err := l.acquire(ctx, key, cfg, a)
+	a.end(k, err)
+	return k, err
+}
+
+// acquire is Acquire once the options are checked; a follows it for the
+// hook (nil: no hook).
+func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
 	if l.isClosed() {
 		return nil, closedErr(key)
 	}
@@ -466,6 +495,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	// a Locker waits.
 	if l.neverWaited(key) {
 		k, res := l.attempt(ctx, key, cfg, nil, nil)
+		a.attempted(res.class())
 		if k != nil {
 			return k, nil
 		}
@@ -504,6 +534,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		}
 		ready := l.inboxReady()
 		k, res := l.attempt(ctx, key, cfg, ks, ready)
+		a.attempted(res.class())
 		if k != nil {
 			return k, nil
 		}
@@ -568,6 +599,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 		case <-ks.wake:
 			timer.Stop()
 			splits = 0
+			a.woken()
 		case <-timer.C:
 			timerWakes++
 		case <-ctx.Done():
@@ -820,7 +852,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	q := l.quorumFor(cfg.limit)
 	lim := limitArg(cfg.limit)
-	res := attemptResult{outcome: l.newOutcome()}
+	res := attemptResult{outcome: l.newOutcome(key)}
 	res.q = q
 	var args []any // the same command for every node when not registering
 	if regs == nil {

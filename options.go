@@ -72,6 +72,7 @@ type lockerConfig struct {
 	nodeTimeout    time.Duration
 	fenceRetention time.Duration
 	replicaAck     int
+	hooks          []Hook
 	err            error
 }
 

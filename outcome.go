@@ -15,6 +15,7 @@ import (
 // them. Every round of the Locker is counted here and mapped to its error
 // by class, so that an error means the same thing whichever call made it.
 type outcome struct {
+	key                                     string // for the hook's node events
 	n, q                                    int
 	ok, refused, unavailable, misconfigured int
 	// free lists the nodes that refused because the key is free (extend.lua
@@ -24,7 +25,9 @@ type outcome struct {
 	errs []error
 }
 
-func (l *Locker) newOutcome() outcome { return outcome{n: len(l.nodes), q: l.quorum} }
+func (l *Locker) newOutcome(key string) outcome {
+	return outcome{key: key, n: len(l.nodes), q: l.quorum}
+}
 
 // failed counts node i's failure.
 func (o *outcome) failed(l *Locker, i int, err error) {
@@ -34,6 +37,7 @@ func (o *outcome) failed(l *Locker, i int, err error) {
 		o.unavailable++
 	}
 	o.errs = append(o.errs, l.nodeErr(i, err))
+	l.nodeEvent(i, o.key, err)
 }
 
 // missed counts the nodes whose answer did not count.
@@ -45,8 +49,8 @@ func (o *outcome) missed(l *Locker, missing []quorum.Missing) {
 
 // ownerChecked counts the answers of owner-checked commands (extend.lua,
 // release.lua): 1 confirmed, 0 another value, -1 a free key.
-func (l *Locker) ownerChecked(results []quorum.Result[int64], missing []quorum.Missing, q int) outcome {
-	o := l.newOutcome()
+func (l *Locker) ownerChecked(key string, results []quorum.Result[int64], missing []quorum.Missing, q int) outcome {
+	o := l.newOutcome(key)
 	o.q = q
 	for _, r := range results {
 		switch {

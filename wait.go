@@ -548,9 +548,14 @@ func (s *subscriber) wakeReady() {
 // the waiters know (they report it: see Locker.inboxRefused).
 func (s *subscriber) refuse(err error) {
 	s.mu.Lock()
+	first := s.refused == nil
 	s.isReady, s.refused = false, err
 	s.wakeReady()
 	s.mu.Unlock()
+	if first {
+		// Key "": the subscription, not a lock's command (see EventNodeError).
+		s.l.nodeEvent(s.node, "", err)
+	}
 	s.l.wakeAll()
 }
 

@@ -47,6 +47,9 @@ type Node struct {
 	// rounds do not wait for the node to decide (it still gets every
 	// command, and an answer in time still counts).
 	suspectUntil atomic.Int64
+	// OnSuspect, if set, is told when the node becomes suspect (true) and
+	// when a suspect node answers again (false). Set before first use.
+	OnSuspect func(suspect bool)
 
 	// reload, for a Cluster client, makes it ask the cluster for its
 	// slots again: go-redis otherwise keeps sending to a failed master
@@ -131,8 +134,8 @@ const suspectFor = 10 * time.Second
 func (n *Node) Suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
 
 func (n *Node) answered(err error) {
-	if err == nil && n.suspectUntil.Load() != 0 {
-		n.suspectUntil.Store(0)
+	if err == nil && n.suspectUntil.Load() != 0 && n.suspectUntil.Swap(0) != 0 && n.OnSuspect != nil {
+		n.OnSuspect(false)
 	}
 }
 
@@ -484,7 +487,9 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		case a:
 		case timedOut && !time.Now().Before(deadline):
 			// Out of time: the nodes still pending are suspect from now on.
-			nodes[i].suspectUntil.Store(until)
+			if nodes[i].suspectUntil.Swap(until) == 0 && nodes[i].OnSuspect != nil {
+				nodes[i].OnSuspect(true)
+			}
 			missing = append(missing, Missing{Node: i, Err: context.DeadlineExceeded})
 		case timedOut:
 			missing = append(missing, Missing{Node: i, Err: ctx.Err()})

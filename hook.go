@@ -1,0 +1,276 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// A Hook observes what a Locker does: acquisitions and their attempts,
+// releases, renewals that fail, locks lost, nodes that fail or stop
+// answering (see EventKind for the list). Metrics, tracing and logging
+// attach here; github.com/dlock-dev/dlock/extra/dlockprom and
+// github.com/dlock-dev/dlock/extra/dlockotel are hooks, and WithLogger
+// installs one. Install hooks with WithHook.
+//
+// Hooks are called synchronously, on the goroutine that does the work
+// (the caller's, a renewal's timer, a subscription's), sometimes with a
+// lock of the Locker's held: a hook must be fast, must not block, and must
+// not call the Locker or the Lock it is told about. It must be safe for
+// concurrent use. A hook that panics crashes the program, as go-redis'
+// hooks do.
+type Hook interface {
+	// Start is called when Acquire, TryAcquire, Do or Campaign begins,
+	// once its arguments are checked (a call refused with ErrInvalid has no
+	// events). The context it returns is passed to that acquisition's
+	// events, up to its EventAcquired or EventRefused: a tracing hook opens
+	// a span here and ends it there. It must return ctx or a context
+	// derived from it; the Redis commands of the acquisition use the
+	// caller's ctx, not the returned one.
+	Start(ctx context.Context, key string) context.Context
+	// Event is called for each event, with the context of the acquisition
+	// it belongs to (see Start), the ctx passed to Release for
+	// EventReleased, and context.Background() for events of the
+	// background: renewals, losses, nodes.
+	Event(ctx context.Context, e Event)
+}
+
+// EventKind tells what happened.
+type EventKind uint8
+
+// The events of a Hook. Every acquisition has exactly one Start and then
+// exactly one EventAcquired or EventRefused; every acquired lock ends with
+// exactly one EventReleased (its first Release) or EventLost, whichever
+// comes first (a lost lock's later Release is not an event).
+const (
+	// EventAttempt: one acquisition round ended (Attempt counts them in
+	// this call; Err is nil if it granted the lock, else the class of its
+	// failure: ErrNotAcquired, ErrUnavailable, ErrMisconfigured or
+	// ErrClosed, without detail). An Acquire that waits makes one per
+	// wake-up.
+	EventAttempt EventKind = iota + 1
+	// EventAcquired: Acquire, TryAcquire, Do or Campaign got the lock
+	// after Attempt attempts and Wait since it began; Fence, TTL and Limit
+	// are the lock's.
+	EventAcquired
+	// EventRefused: the acquisition ended without the lock, with the error
+	// the call returns (Err: ErrNotAcquired, ErrUnavailable,
+	// ErrMisconfigured, ErrClosed, with ctx's error), after Attempt
+	// attempts and Wait.
+	EventRefused
+	// EventWoken: a waiting Acquire was woken, and tries again, by a
+	// release of the lock (or a stand-in for a woken waiter that did not
+	// take it, or a subscription that came back), not by its timer.
+	EventWoken
+	// EventReleased: the lock was released (its first Release call) after
+	// being held for Held; Err is what Release returns (nil, or not
+	// confirmed: the key then expires after its TTL).
+	EventReleased
+	// EventRenewFailed: an automatic renewal or an Extend was not
+	// confirmed by a quorum (Err says why). The lock is still held until
+	// its validity runs out; auto-renewal tries again before then.
+	EventRenewFailed
+	// EventLost: the lock was lost while held, after Held. Reason is
+	// LostExpired, LostNotHeld or LostClosed; Err is the cause passed on to
+	// Do's context.
+	EventLost
+	// EventNodeError: node Node failed a command (Key is the lock's when
+	// the command was for one, "" for the waiters' subscription): an error
+	// from Redis, a connection error, or no answer within the node timeout.
+	// A caller's cancelled context is not a node's failure and is not
+	// reported.
+	EventNodeError
+	// EventNodeSuspect: node Node, of a NewRedlock quorum, did not answer
+	// in time, and rounds no longer wait for it, until it answers again
+	// (EventNodeBack) or for 10s. (One Redis is waited for anyway.)
+	EventNodeSuspect
+	// EventNodeBack: a suspect node answered again.
+	EventNodeBack
+)
+
+// Reasons of EventLost.
+const (
+	// LostExpired: the validity ran out without a confirmed renewal (the
+	// nodes did not answer, or too late).
+	LostExpired = "expired"
+	// LostNotHeld: a quorum of nodes said the key no longer holds the
+	// lock's token (it expired there, was taken, or force-released).
+	LostNotHeld = "not held"
+	// LostClosed: the Locker was closed while the lock was held.
+	LostClosed = "closed"
+)
+
+var kindNames = [...]string{
+	EventAttempt: "attempt", EventAcquired: "acquired", EventRefused: "refused", EventWoken: "woken",
+	EventReleased: "released", EventRenewFailed: "renew failed", EventLost: "lost",
+	EventNodeError: "node error", EventNodeSuspect: "node suspect", EventNodeBack: "node back",
+}
+
+// String returns the event's name, as above in lower case: "acquired",
+// "renew failed", "node suspect"...
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// An Event is what a Hook is told. Fields that do not apply to the Kind
+// are zero.
+type Event struct {
+	Kind EventKind
+	// Key is the lock's name, as passed to Acquire.
+	Key string
+	// Limit is the lock's WithLimit (0: a lock).
+	Limit int
+	// Attempt is the number of attempts of the acquisition so far.
+	Attempt int
+	// Wait is how long the acquisition took (EventAcquired, EventRefused).
+	Wait time.Duration
+	// Held is how long the lock was held (EventReleased, EventLost).
+	Held time.Duration
+	// Fence and TTL are the lock's (EventAcquired).
+	Fence uint64
+	TTL   time.Duration
+	// Node is the address of the node (node events), as in NodeError.
+	Node string
+	// Reason is why a lock was lost (EventLost): LostExpired, LostNotHeld
+	// or LostClosed.
+	Reason string
+	// Err is the event's error, if any (see EventKind).
+	Err error
+}
+
+// WithHook adds h to the Locker's hooks; they are called in the order they
+// were added (WithLogger adds one too). A nil h is ignored. With no hook, a
+// Locker does not build events at all.
+func WithHook(h Hook) Option {
+	return func(c *lockerConfig) {
+		if h != nil {
+			c.hooks = append(c.hooks, h)
+		}
+	}
+}
+
+// WithLogger logs what an operator should know through log: at Warn, a lost
+// lock, a renewal that failed, a node that failed a command or stopped
+// answering; at Error, a subscription to the waiters' channel that a node
+// refused (an ACL without the channel: waiting cannot work); at Info, a
+// node that answers again; at Debug, acquisitions, refusals and releases.
+// Node errors are logged once per node and kind of failure until the node
+// answers again, so that a node that is down does not flood the log. A nil
+// log is ignored. It is a Hook: see WithHook.
+func WithLogger(log *slog.Logger) Option {
+	if log == nil {
+		return func(*lockerConfig) {}
+	}
+	return WithHook(&logHook{log: log, quiet: make(map[string]logged)})
+}
+
+// hooks calls several hooks in order.
+type hooks []Hook
+
+func (hs hooks) Start(ctx context.Context, key string) context.Context {
+	for _, h := range hs {
+		ctx = h.Start(ctx, key)
+	}
+	return ctx
+}
+
+func (hs hooks) Event(ctx context.Context, e Event) {
+	for _, h := range hs {
+		h.Event(ctx, e)
+	}
+}
+
+// hook returns the Locker's hooks as one, or nil when there are none.
+func hookOf(hs []Hook) Hook {
+	switch len(hs) {
+	case 0:
+		return nil
+	case 1:
+		return hs[0]
+	}
+	return hooks(hs)
+}
+
+// event calls the hook if there is one.
+func (l *Locker) event(ctx context.Context, e Event) {
+	if l.hook != nil {
+		l.hook.Event(ctx, e)
+	}
+}
+
+// nodeEvent reports node i's failure of a command for key, unless it is
+// the end of the caller's context or a round that did not wait for a
+// suspect node (EventNodeSuspect told of it).
+func (l *Locker) nodeEvent(i int, key string, err error) {
+	if l.hook == nil || errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrNotWaited) {
+		return
+	}
+	l.hook.Event(context.Background(), Event{Kind: EventNodeError, Key: key, Node: l.nodes[i].Addr, Err: err})
+}
+
+// acquisition follows one acquisition call for the hook: its context, its
+// start and its attempts. Its methods do nothing on a nil acquisition (no
+// hook).
+type acquisition struct {
+	l        *Locker
+	ctx      context.Context
+	key      string
+	limit    int
+	began    time.Time
+	attempts int
+}
+
+// startAcquisition returns the acquisition of a call, or nil when the Locker
+// has no hook.
+func (l *Locker) startAcquisition(ctx context.Context, key string, cfg lockConfig) *acquisition {
+	if l.hook == nil {
+		return nil
+	}
+	return &acquisition{l: l, ctx: l.hook.Start(ctx, key), key: key, limit: cfg.limit, began: time.Now()}
+}
+
+// attempted reports an attempt's outcome (nil: granted).
+func (a *acquisition) attempted(class error) {
+	if a == nil {
+		return
+	}
+	a.attempts++
+	a.l.hook.Event(a.ctx, Event{Kind: EventAttempt, Key: a.key, Limit: a.limit, Attempt: a.attempts, Err: class})
+}
+
+// woken reports a wake-up by a release.
+func (a *acquisition) woken() {
+	if a == nil {
+		return
+	}
+	a.l.hook.Event(a.ctx, Event{Kind: EventWoken, Key: a.key, Limit: a.limit, Attempt: a.attempts})
+}
+
+// end reports the acquisition's end: k, or err.
+func (a *acquisition) end(k *Lock, err error) {
+	if a == nil {
+		return
+	}
+	e := Event{Kind: EventRefused, Key: a.key, Limit: a.limit, Attempt: a.attempts, Wait: time.Since(a.began), Err: err}
+	if k != nil {
+		e.Kind, e.Fence, e.TTL, e.Err = EventAcquired, k.fence, k.ttl, nil
+	}
+	a.l.hook.Event(a.ctx, e)
+}
+
+// lostReason is the Reason of an EventLost with this cause.
+func lostReason(cause error) string {
+	switch {
+	case errors.Is(cause, ErrClosed):
+		return LostClosed
+	case errors.Is(cause, ErrNotHeld):
+		return LostNotHeld
+	}
+	return LostExpired
+}
