@@ -75,7 +75,8 @@ const (
 	EventRenewFailed
 	// EventLost: the lock was lost while held, after Held. Reason is
 	// LostExpired, LostNotHeld or LostClosed; Err is the cause passed on to
-	// Do's context.
+	// Do's context. The holder is told first: the event comes after Lost
+	// is closed.
 	EventLost
 	// EventNodeError: node Node failed a command (Key is the lock's when
 	// the command was for one, "" for the waiters' subscription): an error
@@ -215,8 +216,8 @@ func (l *Locker) nodeEvent(i int, key string, err error) {
 }
 
 // acquisition follows one acquisition call for the hook: its context, its
-// start and its attempts. Its methods do nothing on a nil acquisition (no
-// hook).
+// start and its attempts. It lives on the caller's stack; its methods do
+// nothing when l is nil (no hook).
 type acquisition struct {
 	l        *Locker
 	ctx      context.Context
@@ -226,18 +227,16 @@ type acquisition struct {
 	attempts int
 }
 
-// startAcquisition returns the acquisition of a call, or nil when the Locker
-// has no hook.
-func (l *Locker) startAcquisition(ctx context.Context, key string, cfg lockConfig) *acquisition {
-	if l.hook == nil {
-		return nil
+// start begins following an acquisition call, if the Locker has a hook.
+func (a *acquisition) start(l *Locker, ctx context.Context, key string, cfg lockConfig) {
+	if l.hook != nil {
+		*a = acquisition{l: l, ctx: l.hook.Start(ctx, key), key: key, limit: cfg.limit, began: time.Now()}
 	}
-	return &acquisition{l: l, ctx: l.hook.Start(ctx, key), key: key, limit: cfg.limit, began: time.Now()}
 }
 
 // attempted reports an attempt's outcome (nil: granted).
 func (a *acquisition) attempted(class error) {
-	if a == nil {
+	if a.l == nil {
 		return
 	}
 	a.attempts++
@@ -246,7 +245,7 @@ func (a *acquisition) attempted(class error) {
 
 // woken reports a wake-up by a release.
 func (a *acquisition) woken() {
-	if a == nil {
+	if a.l == nil {
 		return
 	}
 	a.l.hook.Event(a.ctx, Event{Kind: EventWoken, Key: a.key, Limit: a.limit, Attempt: a.attempts})
@@ -254,7 +253,7 @@ func (a *acquisition) woken() {
 
 // end reports the acquisition's end: k, or err.
 func (a *acquisition) end(k *Lock, err error) {
-	if a == nil {
+	if a.l == nil {
 		return
 	}
 	e := Event{Kind: EventRefused, Key: a.key, Limit: a.limit, Attempt: a.attempts, Wait: time.Since(a.began), Err: err}

@@ -427,8 +427,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if err != nil {
 		return nil, err
 	}
-	a := l.startAcquisition(ctx, key, cfg)
-	k, err := l.tryAcquire(ctx, key, cfg, a)
+	var a acquisition
+	a.start(l, ctx, key, cfg)
+	k, err := l.tryAcquire(ctx, key, cfg, &a)
 	a.end(k, err)
 	return k, err
 }
@@ -474,14 +475,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if err != nil {
 		return nil, err
 	}
-	a := l.startAcquisition(ctx, key, cfg)
-	k, err := l.acquire(ctx, key, cfg, a)
+	var a acquisition
+	a.start(l, ctx, key, cfg)
+	k, err := l.acquire(ctx, key, cfg, &a)
 	a.end(k, err)
 	return k, err
 }
 
 // acquire is Acquire once the options are checked; a follows it for the
-// hook (nil: no hook).
+// hook.
 func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
 	if l.isClosed() {
 		return nil, closedErr(key)
