@@ -324,8 +324,10 @@ func TestLogger(t *testing.T) {
 	if !strings.Contains(out, `level=WARN msg="dlock: lock lost" key=logged reason=expired`) {
 		t.Errorf("no lost lock in the log:\n%s", out)
 	}
-	if n := strings.Count(out, `msg="dlock: node failed"`); n != 1 {
-		t.Errorf("%d node failures logged, want 1 (repeats are quiet):\n%s", n, out)
+	// Renewals fail every few milliseconds; a repeated failure is quiet
+	// (the first ones may differ: a broken connection, then a refused one).
+	if n := strings.Count(out, `msg="dlock: node failed"`); n < 1 || n > 3 {
+		t.Errorf("%d node failures logged, want 1 to 3 (repeats are quiet):\n%s", n, out)
 	}
 	if strings.Contains(out, "acquired") {
 		t.Errorf("an acquisition logged above Debug:\n%s", out)

@@ -547,15 +547,20 @@ func (s *subscriber) wakeReady() {
 // refuse records that the node refused the subscription for good, and lets
 // the waiters know (they report it: see Locker.inboxRefused).
 func (s *subscriber) refuse(err error) {
+	// Only the loop changes refused: it is still nil after this check.
 	s.mu.Lock()
 	first := s.refused == nil
+	s.mu.Unlock()
+	if first {
+		// Before the waiters learn it, so that the log tells it first.
+		// Key "": the subscription, not a lock's command (see
+		// EventNodeError).
+		s.l.nodeEvent(s.node, "", err)
+	}
+	s.mu.Lock()
 	s.isReady, s.refused = false, err
 	s.wakeReady()
 	s.mu.Unlock()
-	if first {
-		// Key "": the subscription, not a lock's command (see EventNodeError).
-		s.l.nodeEvent(s.node, "", err)
-	}
 	s.l.wakeAll()
 }
 
