@@ -198,6 +198,22 @@
 // holders on {1,2}, {2,3} and {1,3}). That leaves fewer masters that may fail
 // as n grows: see WithLimit.
 //
+// # Observability
+//
+// A [Hook] ([WithHook]) is told of every acquisition (a Start, then its
+// attempts, wake-ups, and exactly one acquired or refused event, with the
+// wait and the number of attempts), of every lock's end (exactly one
+// released or lost event, with the time held and, for a loss, its reason),
+// of renewals that were not confirmed, and of nodes that fail a command,
+// stop answering or come back: see [EventKind]. A Locker without a hook
+// builds no event, and a hook that does nothing adds no allocation to an
+// Acquire and Release. [WithLogger] logs what an operator should see (lost
+// locks, failing nodes, a subscription the ACL refuses) through log/slog.
+// Prometheus metrics and OpenTelemetry metrics and spans are hooks in
+// modules of their own, so that this one depends on go-redis alone:
+// github.com/dlock-dev/dlock/extra/dlockprom and
+// github.com/dlock-dev/dlock/extra/dlockotel.
+//
 // # Leader election
 //
 // [Locker.Campaign] is Acquire on the election's key with the candidate's

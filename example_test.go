@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -264,4 +265,56 @@ func ExampleWithLimit() {
 	// a third permit: true
 	// fences increase: true
 	// after a release: true
+}
+
+// printHook prints the events of locks.
+type printHook struct{}
+
+func (printHook) Start(ctx context.Context, key string) context.Context {
+	fmt.Println("start", key)
+	return ctx
+}
+
+func (printHook) Event(_ context.Context, e dlock.Event) {
+	switch e.Kind {
+	case dlock.EventAcquired:
+		fmt.Println(e.Kind, e.Key, "after", e.Attempt, "attempt(s)")
+	case dlock.EventReleased, dlock.EventAttempt:
+		fmt.Println(e.Kind, e.Key, "error:", e.Err)
+	default:
+		fmt.Println(e.Kind, e.Key)
+	}
+}
+
+func ExampleWithHook() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client, dlock.WithHook(printHook{}))
+	defer locker.Close()
+
+	lock, err := locker.Acquire(context.Background(), "example:hook")
+	if err != nil {
+		return
+	}
+	_ = lock.Release(context.Background())
+	// Output:
+	// start example:hook
+	// attempt example:hook error: <nil>
+	// acquired example:hook after 1 attempt(s)
+	// released example:hook error: <nil>
+}
+
+func ExampleWithLogger() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	// Lost locks, failing nodes and a refused subscription at Warn and
+	// Error; acquisitions and releases at Debug.
+	locker := dlock.New(client, dlock.WithLogger(slog.Default()))
+	defer locker.Close()
+
+	err := locker.Do(context.Background(), "example:logger", func(ctx context.Context) error {
+		return nil // the work
+	})
+	fmt.Println(err)
+	// Output: <nil>
 }
