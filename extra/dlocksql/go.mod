@@ -1,0 +1,27 @@
+module github.com/dlock-dev/dlock/extra/dlocksql
+
+go 1.26.0
+
+require (
+	github.com/dlock-dev/dlock v0.0.0
+	github.com/redis/go-redis/v9 v9.7.3
+	go.uber.org/goleak v1.3.0
+	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+)
+
+replace github.com/dlock-dev/dlock => ../..
