@@ -318,3 +318,24 @@ func ExampleWithLogger() {
 	fmt.Println(err)
 	// Output: <nil>
 }
+
+func ExampleLockFromContext() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+
+	err := locker.Do(context.Background(), "example:row:7", func(ctx context.Context) error {
+		lock, _ := dlock.LockFromContext(ctx)
+		// Pass lock.Fence() to storage that checks it (see the fenced package).
+		fmt.Println("writing with a fence:", lock.Fence() > 0)
+		return nil
+	})
+	fmt.Println("done:", err)
+	_, ok := dlock.LockFromContext(context.Background())
+	fmt.Println("outside Do:", ok)
+	// Output:
+	// writing with a fence: true
+	// done: <nil>
+	// outside Do: false
+}

@@ -661,12 +661,23 @@ func fallback(n int) time.Duration {
 	return d - time.Duration(mrand.Int64N(int64(d/4)))
 }
 
+type lockCtxKey struct{}
+
+// LockFromContext returns the lock that Do holds while it runs fn, from the
+// context Do passes to fn (or one derived from it), so that fn can pass
+// its Fence to storage that checks it; ok is false for any other context.
+func LockFromContext(ctx context.Context) (k *Lock, ok bool) {
+	k, ok = ctx.Value(lockCtxKey{}).(*Lock)
+	return k, ok
+}
+
 // Do acquires the lock named key (waiting, as Acquire), runs fn while holding
 // it and releases it, even if fn panics. The context passed to fn is
 // cancelled, with a cause wrapping ErrLockLost, as soon as the lock is lost
 // (also when the Locker is closed), when ctx ends, and when fn returns,
 // before the lock is released, so that goroutines fn started cannot outlive
-// the lock unnoticed. Do returns the Acquire error if the lock was not acquired (fn did
+// the lock unnoticed; LockFromContext returns the lock from it (for its
+// Fence). Do returns the Acquire error if the lock was not acquired (fn did
 // not run); otherwise fn's error, joined with ErrLockLost if the lock was lost
 // before fn returned, or with the Release error if the release could not be
 // confirmed (fn ran; the lock then expires after its TTL).
@@ -678,7 +689,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockCtxKey{}, k))
 	k.onLost(func(cause error) { cancel(cause) })
 
 	defer func() {
