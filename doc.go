@@ -123,7 +123,22 @@
 //
 // Storage that records the largest fence it has seen and rejects writes
 // carrying a smaller one is safe even against a holder that was paused past
-// its validity and does not know it lost the lock.
+// its validity and does not know it lost the lock. For a read-modify-write
+// the fence must be recorded when the holder reads, not only when it writes:
+// otherwise a former holder can still write between the new holder's read
+// and write, and that write is then silently overwritten. Fences fit in 63
+// bits (a signed 64-bit column holds them).
+//
+// The check belongs to the storage, and two are shipped. The package
+// github.com/dlock-dev/dlock/fenced keeps values in Redis behind a script
+// that writes only if the caller's fence is not smaller than the largest one
+// the resource has seen (its Claim records the fence before a
+// read-modify-write). The module github.com/dlock-dev/dlock/extra/dlocksql
+// shows the same check in SQL, "UPDATE ... SET ..., fence = $f WHERE id = $id
+// AND fence < $f", where a row count of 0 tells a stale writer apart. Both
+// need every writer of the data to hold the same lock key and to go through
+// the check. Inside [Locker.Do], [LockFromContext] gives the lock and its
+// fence.
 //
 // # Waiting
 //
