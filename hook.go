@@ -32,9 +32,10 @@ type Hook interface {
 	// caller's ctx, not the returned one.
 	Start(ctx context.Context, key string) context.Context
 	// Event is called for each event, with the context of the acquisition
-	// it belongs to (see Start), the ctx passed to Release for
-	// EventReleased, and context.Background() for events of the
-	// background: renewals, losses, nodes.
+	// it belongs to (see Start): for EventRenewFailed and EventLost, that
+	// of the acquisition of the lock, without its cancellation (a tracing
+	// hook can link them to its span); the ctx passed to Release for
+	// EventReleased; context.Background() for node events.
 	Event(ctx context.Context, e Event)
 }
 
@@ -82,13 +83,16 @@ const (
 	// the command was for one, "" for the waiters' subscription): an error
 	// from Redis, a connection error, or no answer within the node timeout.
 	// A caller's cancelled context is not a node's failure and is not
-	// reported.
+	// reported, nor is a node that had not answered yet when a round
+	// decided without it (a quorum had answered): a frozen minority shows
+	// in the rounds that wait for every node, such as Release.
 	EventNodeError
 	// EventNodeSuspect: node Node, of a NewRedlock quorum, did not answer
 	// in time, and rounds no longer wait for it, until it answers again
 	// (EventNodeBack) or for 10s. (One Redis is waited for anyway.)
 	EventNodeSuspect
-	// EventNodeBack: a suspect node answered again.
+	// EventNodeBack: a suspect node answered again, or the Locker was
+	// closed (it no longer tracks the node).
 	EventNodeBack
 )
 
@@ -198,13 +202,6 @@ func hookOf(hs []Hook) Hook {
 	return hooks(hs)
 }
 
-// event calls the hook if there is one.
-func (l *Locker) event(ctx context.Context, e Event) {
-	if l.hook != nil {
-		l.hook.Event(ctx, e)
-	}
-}
-
 // nodeEvent reports node i's failure of a command for key, unless it is
 // the end of the caller's context or a round that did not wait for a
 // suspect node (EventNodeSuspect told of it).
@@ -259,6 +256,9 @@ func (a *acquisition) end(k *Lock, err error) {
 	e := Event{Kind: EventRefused, Key: a.key, Limit: a.limit, Attempt: a.attempts, Wait: time.Since(a.began), Err: err}
 	if k != nil {
 		e.Kind, e.Fence, e.TTL, e.Err = EventAcquired, k.fence, k.ttl, nil
+		k.mu.Lock()
+		k.hookCtx = a.ctx
+		k.mu.Unlock()
 	}
 	a.l.hook.Event(a.ctx, e)
 }

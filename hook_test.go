@@ -43,8 +43,8 @@ func (r *recorder) Event(ctx context.Context, e dlock.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch e.Kind {
-	case dlock.EventAttempt, dlock.EventAcquired, dlock.EventRefused, dlock.EventWoken:
-		if ctx.Value(startKey{}) != e.Key {
+	case dlock.EventAttempt, dlock.EventAcquired, dlock.EventRefused, dlock.EventWoken, dlock.EventLost, dlock.EventRenewFailed:
+		if ctx.Value(startKey{}) != e.Key || (e.Kind == dlock.EventLost && ctx.Err() != nil) {
 			r.badCtx++
 		}
 	}
@@ -250,14 +250,19 @@ func TestHookLost(t *testing.T) {
 		t.Errorf("node error events %+v", ne)
 	}
 
-	// Closed.
-	if _, err := l.Acquire(ctx(t), "closing"); err != nil {
+	// Closed, with the acquisition's context cancelled.
+	actx, cancel := context.WithCancel(ctx(t))
+	if _, err := l.Acquire(actx, "closing"); err != nil {
 		t.Fatal(err)
 	}
+	cancel()
 	_ = l.Close()
 	lost = rec.of(dlock.EventLost)
 	if len(lost) != 3 || lost[2].Reason != dlock.LostClosed {
 		t.Fatalf("lost events %+v", lost)
+	}
+	if rec.badCtx != 0 {
+		t.Errorf("%d events without their acquisition's context, or with its cancellation", rec.badCtx)
 	}
 }
 

@@ -44,7 +44,8 @@ type Lock struct {
 	nodes      []nodeLease  // per node
 	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
-	acquiredAt time.Time // the start of the acquiring round, for the hook
+	acquiredAt time.Time       // the start of the acquiring round, for the hook
+	hookCtx    context.Context // the acquisition's context for the hook (see Hook.Start)
 	lostCh     chan struct{}
 	lost       bool // ownership ended while held (or Close took the lock back)
 	released   bool
@@ -306,8 +307,8 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		k.markLost(cause)
 		return err
 	}
-	if err != nil {
-		l.event(context.Background(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
+	if err != nil && l.hook != nil {
+		l.hook.Event(k.eventCtx(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
 	}
 	if err == nil && len(o.free) > 0 && n > 1 {
 		// A quorum confirmed that we hold the lock, so nobody else can hold
@@ -643,6 +644,18 @@ func (k *Lock) untilLost() time.Duration {
 	return time.Until(k.validUntil) - lostMargin(k.ttl)
 }
 
+// eventCtx is the context of the lock's background events for the hook:
+// its acquisition's, without its cancellation.
+func (k *Lock) eventCtx() context.Context {
+	k.mu.Lock()
+	ctx := k.hookCtx
+	k.mu.Unlock()
+	if ctx == nil {
+		return context.Background()
+	}
+	return context.WithoutCancel(ctx)
+}
+
 // errExpired is the cause of a loss by expiry (see tick).
 var errExpired = fmt.Errorf("%w: its validity ran out without a confirmed renewal", ErrLockLost)
 
@@ -676,7 +689,7 @@ func (k *Lock) markLost(cause error) {
 	k.mu.Unlock()
 	k.forget()
 	if k.l.hook != nil {
-		k.l.hook.Event(context.Background(), Event{Kind: EventLost, Key: k.key, Limit: k.limit,
+		k.l.hook.Event(k.eventCtx(), Event{Kind: EventLost, Key: k.key, Limit: k.limit,
 			Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause})
 	}
 	for _, f := range fns {

@@ -122,8 +122,12 @@ func (n *Node) worker(f func()) {
 }
 
 // Close makes the node's idle workers exit; busy ones exit after their call.
+// A suspect node is forgotten: OnSuspect is told false.
 func (n *Node) Close() {
 	n.closeOnce.Do(func() { close(n.stop) })
+	if n.suspectUntil.Swap(0) != 0 && n.OnSuspect != nil {
+		n.OnSuspect(false)
+	}
 }
 
 // suspectFor is how long a node that did not answer in time is not waited
