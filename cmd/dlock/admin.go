@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,7 @@ func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
 
 // statusJSON is the output of dlock status --json.
 type statusJSON struct {
+	Time     string       `json:"time,omitempty"` // with --watch: when the refresh began
 	Key      string       `json:"key"`
 	Held     bool         `json:"held"`
 	Reserved bool         `json:"reserved"`
@@ -79,16 +81,31 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	var rf redisFlags
 	rf.register(fs, c)
 	asJSON := fs.Bool("json", false, "print JSON")
+	var watch bool
+	fs.BoolVar(&watch, "watch", false, "refresh until interrupted")
+	fs.BoolVar(&watch, "w", false, "refresh until interrupted")
+	interval := fs.Duration("interval", time.Second, "time between refreshes, with --watch")
 	key, code := c.keyArg(fs, args)
 	if code >= 0 {
 		return code
+	}
+	intervalSet := false
+	fs.Visit(func(f *flag.Flag) { intervalSet = intervalSet || f.Name == "interval" })
+	switch {
+	case *interval <= 0:
+		return c.usageError("status", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)
+	case intervalSet && !watch:
+		return c.usageError("status", "--interval goes with --watch: dlock status --watch --interval %s %s", *interval, key)
 	}
 	t, code := c.open(ctx, "status", &rf)
 	if t == nil {
 		return code
 	}
 	defer t.Close()
-	st, err := t.locker.Status(ctx, key)
+	if watch {
+		return c.watchStatus(ctx, t, key, *asJSON, *interval)
+	}
+	st, out, err := snapshot(ctx, t, key)
 	if err != nil {
 		if errors.Is(err, dlock.ErrInvalid) {
 			return c.usageError("status", "%s", errText(err))
@@ -98,6 +115,22 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		}
 		c.errorf("status of %q: %s", key, errText(err))
 		return exitFailure
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return exitOK
+	}
+	writeStatus(c.stdout, st, out)
+	return exitOK
+}
+
+// snapshot reads the status of key, and returns it also in its JSON form.
+func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJSON, error) {
+	st, err := t.locker.Status(ctx, key)
+	if err != nil {
+		return st, statusJSON{}, err
 	}
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
 		Waiters: st.Waiters, Quorum: quorumFor(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit}
@@ -119,17 +152,15 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		}
 	}
 	out.Reserved = st.Held && reserved >= out.Quorum
-	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
-		return exitOK
-	}
+	return st, out, nil
+}
 
-	w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+// writeStatus writes the text form of a status to w.
+func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "key:\t%s\n", st.Key)
 	switch {
-	case out.Reserved:
+	case js.Reserved:
 		fmt.Fprintf(w, "held:\treserved for a woken waiter, which takes it within moments\n")
 	case st.Held:
 		fmt.Fprintf(w, "held:\tyes, %s left\n", ttlText(st.TTL))
@@ -152,7 +183,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
 	if len(st.Nodes) > 1 {
-		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), out.Quorum)
+		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), js.Quorum)
 		fmt.Fprintf(w, "  NODE\tHELD\tTTL\tFENCE\tWAITERS\n")
 		var failed []string
 		for _, n := range st.Nodes {
@@ -175,11 +206,10 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		}
 		_ = w.Flush()
 		if len(failed) > 0 {
-			fmt.Fprintf(c.stdout, "\n%s", strings.Join(failed, ""))
+			fmt.Fprintf(out, "\n%s", strings.Join(failed, ""))
 		}
 	}
 	_ = w.Flush()
-	return exitOK
 }
 
 // quorumFor is how many of n nodes must hold a key with this limit (see

@@ -526,6 +526,13 @@ func redactIn(msg, raw string) string {
 // too few nodes answered (ErrUnavailable). Both are printed, also with -q: a
 // misconfigured fleet must not be silent. It returns -1 for other errors.
 func (c *cli) redisFailure(t *target, err error) int {
+	return c.reportRedisFailure(t, err, true)
+}
+
+// reportRedisFailure is redisFailure, with the hint that follows an
+// unavailable Redis left out unless hint (dlock status --watch gives it
+// once, not at every refresh).
+func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 	switch {
 	case errors.Is(err, dlock.ErrMisconfigured):
 		c.errorf("Redis at %s refused dlock's commands: %s", t.describe(), nodeErrorsText(err))
@@ -534,6 +541,9 @@ func (c *cli) redisFailure(t *target, err error) int {
 	case errors.Is(err, dlock.ErrUnavailable):
 		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
 		msg := err.Error()
+		if !hint {
+			return exitUnavailable
+		}
 		if t.tlsWithoutCert && (strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")) {
 			// With TLS 1.3 a server that requires a client certificate
 			// may close the connection before its alert is read.

@@ -8,7 +8,7 @@ a fleet of hosts exactly one of them runs it at a time.
 
 Usage:
     dlock run [flags] KEY -- COMMAND [ARG]...   run COMMAND holding the lock KEY
-    dlock status [flags] [--json] KEY           show who holds KEY, for how long
+    dlock status [flags] [--json] [-w] KEY      show who holds KEY, for how long (-w: every second)
     dlock release --force [flags] KEY           delete KEY whoever holds it (admin)
     dlock demo                                  show the lock at work on local Redis servers
     dlock help [COMMAND]                        this text, or a command's
@@ -26,6 +26,7 @@ Examples:
     dlock run report -- ./report.sh
 
     dlock status --json backup
+    dlock status --watch backup      # refreshed every second, until Ctrl-C
     dlock release --force backup
 
 Run 'dlock help run' for the flags and exit statuses of dlock run.
@@ -133,7 +134,7 @@ Examples:
     dlock run --redis rediss://:PASSWORD@redis.internal:6380/2 payout -- ./payout
     dlock run -q nightly -- ./nightly.sh     # silent when another host has it
 `,
-	"status": `Usage: dlock status [flags] [--json] KEY
+	"status": `Usage: dlock status [flags] [--json] [--watch [--interval DURATION]] KEY
 
 Shows whether KEY is held and by whom (the holder's metadata: dlock run
 stores its host, pid and command), the time left on its lease, its fence
@@ -149,13 +150,26 @@ Flags:
         "waiters", "error"}]}. ttl_ms is 0 when the key is not held; metadata
         is left out when there is none; limit and permits are there for a
         semaphore (dlock run --limit) that has holders.
+    -w, --watch
+        Show the status again every --interval until Ctrl-C (SIGINT) or
+        SIGTERM, then exit 0: for watching a stuck job. On a terminal each
+        refresh replaces the last, under a line with the time; otherwise the
+        refreshes follow one another, each under such a line, with a blank
+        line between them. With --json, one JSON object per refresh, each on
+        one line, with "time" (when the refresh began) added. A refresh that
+        reaches no Redis node prints its error on stderr, and the watch goes
+        on; Redis refusing the commands ends it (78).
+    --interval DURATION
+        Time between refreshes with --watch (default 1s; more than 0).
 ` + redisFlagsUsage + `
-Exit status: 0; 69 when no Redis node answered; 78 when Redis refused the
-commands (see dlock help run); 64 on a usage error.
+Exit status: 0; 69 when no Redis node answered (not with --watch); 78 when
+Redis refused the commands (see dlock help run); 64 on a usage error.
 
 Examples:
     dlock status backup
     dlock status --json backup | jq .held
+    dlock status --watch --interval 5s backup
+    dlock status --watch --json backup | jq -c '{time, held, fence}'
 `,
 	"release": `Usage: dlock release --force [flags] KEY
 
