@@ -227,3 +227,37 @@ func TestElectionRedlock(t *testing.T) {
 		t.Fatalf("Leader after the resignation: %v", err)
 	}
 }
+
+// TestCloseAnnouncesVacancy: a leader's Locker closed gives the leadership
+// back, and observers hear of the vacancy at once, not after the TTL.
+func TestCloseAnnouncesVacancy(t *testing.T) {
+	s := dlocktest.Start(t)
+	obs := newLocker(t, s.Client())
+	octx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	ch := obs.Observe(octx, "vacate")
+	if first := <-ch; first != (dlock.Leader{}) {
+		t.Fatalf("first %v, want vacant", first)
+	}
+	c := s.Client()
+	defer c.Close()
+	l := dlock.New(c)
+	k, err := l.Campaign(ctx(t), "vacate", "a", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-ch; got.Value != "a" || got.Term != k.Fence() {
+		t.Fatalf("leader %v, want a at term %d", got, k.Fence())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ch:
+		if got != (dlock.Leader{}) {
+			t.Errorf("after Close: %v, want vacant", got)
+		}
+	case <-time.After(10 * time.Second): // far below the TTL of a minute
+		t.Fatal("the vacancy was not announced when the leader's Locker closed")
+	}
+}

@@ -222,9 +222,18 @@ func (l *Locker) Close() error {
 			defer wg.Done()
 			// The holder first, the key after: nobody else may take the
 			// lock while its holder still works under it.
+			k.mu.Lock()
+			leader := k.election && !k.lost && !k.released
+			k.mu.Unlock()
 			k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
-			if r := k.release(context.Background()); r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld) {
+			r := k.release(context.Background())
+			switch {
+			case r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld):
 				errs[i] = r.roundErr
+			case r.roundErr == nil && leader:
+				// A leadership given back: observers hear of the vacancy
+				// now, not when its TTL would have run out.
+				l.announce(k.key, "V "+strconv.FormatUint(k.fence, 10))
 			}
 		}()
 	}
