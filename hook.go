@@ -24,12 +24,15 @@ import (
 // hooks do.
 type Hook interface {
 	// Start is called when Acquire, TryAcquire, Do or Campaign begins,
-	// once its arguments are checked (a call refused with ErrInvalid has no
-	// events). The context it returns is passed to that acquisition's
-	// events, up to its EventAcquired or EventRefused: a tracing hook opens
-	// a span here and ends it there. It must return ctx or a context
-	// derived from it; the Redis commands of the acquisition use the
-	// caller's ctx, not the returned one.
+	// once its arguments are checked (a call refused for a bad argument has
+	// no events; a limit other than the holders', which only Redis can
+	// tell, ends in EventRefused with ErrInvalid). The context it returns
+	// is passed to that acquisition's events, up to its EventAcquired or
+	// EventRefused: a tracing hook opens a span here and ends it there. It
+	// must return ctx or a context derived from it; the Redis commands of
+	// the acquisition use the caller's ctx, not the returned one. An
+	// acquired lock keeps the returned context, without its cancellation,
+	// while it is held, for its EventRenewFailed and EventLost.
 	Start(ctx context.Context, key string) context.Context
 	// Event is called for each event, with the context of the acquisition
 	// it belongs to (see Start): for EventRenewFailed and EventLost, that
@@ -59,16 +62,19 @@ const (
 	EventAcquired
 	// EventRefused: the acquisition ended without the lock, with the error
 	// the call returns (Err: ErrNotAcquired, ErrUnavailable,
-	// ErrMisconfigured, ErrClosed, with ctx's error), after Attempt
-	// attempts and Wait.
+	// ErrMisconfigured, ErrClosed, with ctx's error, or ErrInvalid for a
+	// limit other than the holders'), after Attempt attempts and Wait.
 	EventRefused
 	// EventWoken: a waiting Acquire was woken, and tries again, by a
 	// release of the lock (or a stand-in for a woken waiter that did not
 	// take it, or a subscription that came back), not by its timer.
 	EventWoken
 	// EventReleased: the lock was released (its first Release call) after
-	// being held for Held; Err is what Release returns (nil, or not
-	// confirmed: the key then expires after its TTL).
+	// being held for Held. Err is what Release returns: nil; an error
+	// wrapping ErrNotHeld when a quorum no longer held the lock (it had
+	// expired or been taken before Lost could fire, as after a process
+	// pause: work under it may have overlapped another holder's); or not
+	// confirmed (ErrUnavailable: the key expires after its TTL).
 	EventReleased
 	// EventRenewFailed: an automatic renewal or an Extend was not
 	// confirmed by a quorum (Err says why). The lock is still held until
@@ -82,10 +88,11 @@ const (
 	// EventNodeError: node Node failed a command (Key is the lock's when
 	// the command was for one, "" for the waiters' subscription): an error
 	// from Redis, a connection error, or no answer within the node timeout.
-	// A caller's cancelled context is not a node's failure and is not
-	// reported, nor is a node that had not answered yet when a round
-	// decided without it (a quorum had answered): a frozen minority shows
-	// in the rounds that wait for every node, such as Release.
+	// Not reported: an acquisition's failures once the caller's context
+	// has ended (its deadline is not the node's), a refusal for a limit
+	// other than the holders', and a node that had not answered yet when a
+	// round decided without it (a quorum had answered): a frozen minority
+	// shows in the rounds that wait for every node, such as Release.
 	EventNodeError
 	// EventNodeSuspect: node Node, of a NewRedlock quorum, did not answer
 	// in time, and rounds no longer wait for it, until it answers again
@@ -165,9 +172,10 @@ func WithHook(h Hook) Option {
 // answering; at Error, a subscription to the waiters' channel that a node
 // refused (an ACL without the channel: waiting cannot work); at Info, a
 // node that answers again; at Debug, acquisitions, refusals and releases.
-// Node errors are logged once per node and kind of failure until the node
-// answers again, so that a node that is down does not flood the log. A nil
-// log is ignored. It is a Hook: see WithHook.
+// A node's failure that repeats with the same message is logged at most
+// every 10s (and again once the node came back), so that a node that is
+// down does not flood the log. A nil log is ignored. It is a Hook: see
+// WithHook.
 func WithLogger(log *slog.Logger) Option {
 	if log == nil {
 		return func(*lockerConfig) {}
@@ -208,6 +216,9 @@ func hookOf(hs []Hook) Hook {
 func (l *Locker) nodeEvent(i int, key string, err error) {
 	if l.hook == nil || errors.Is(err, context.Canceled) || errors.Is(err, quorum.ErrNotWaited) {
 		return
+	}
+	if _, mismatch := limitMismatch(err); mismatch {
+		return // the caller's limit, not the node (see EventRefused)
 	}
 	l.hook.Event(context.Background(), Event{Kind: EventNodeError, Key: key, Node: l.nodes[i].Addr, Err: err})
 }
@@ -254,13 +265,25 @@ func (a *acquisition) end(k *Lock, err error) {
 		return
 	}
 	e := Event{Kind: EventRefused, Key: a.key, Limit: a.limit, Attempt: a.attempts, Wait: time.Since(a.began), Err: err}
-	if k != nil {
-		e.Kind, e.Fence, e.TTL, e.Err = EventAcquired, k.fence, k.ttl, nil
-		k.mu.Lock()
-		k.hookCtx = a.ctx
-		k.mu.Unlock()
+	if k == nil {
+		a.l.hook.Event(a.ctx, e)
+		return
 	}
+	e.Kind, e.Fence, e.TTL, e.Err = EventAcquired, k.fence, k.ttl, nil
+	k.mu.Lock()
+	k.hookCtx = a.ctx
+	k.mu.Unlock()
 	a.l.hook.Event(a.ctx, e)
+	// A loss while the hook was not yet told of the acquisition (the
+	// Locker closed meanwhile) is told now, after it.
+	k.mu.Lock()
+	k.told = true
+	lost := k.pendingLost
+	k.pendingLost = nil
+	k.mu.Unlock()
+	if lost != nil {
+		a.l.hook.Event(context.WithoutCancel(a.ctx), *lost)
+	}
 }
 
 // lostReason is the Reason of an EventLost with this cause.

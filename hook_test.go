@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,5 +379,191 @@ func TestEventKindString(t *testing.T) {
 	}
 	if s := dlock.EventKind(200).String(); s != "unknown" {
 		t.Errorf("kind 200: %q", s)
+	}
+}
+
+// afterScript runs fn once, after the first script call (EVALSHA, or EVAL
+// after NOSCRIPT) that succeeds while armed.
+type afterScript struct {
+	armed atomic.Bool
+	fn    func()
+}
+
+func (a *afterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (a *afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a.after(cmd, err)
+		return err
+	}
+}
+
+func (a *afterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			a.after(c, c.Err())
+		}
+		return err
+	}
+}
+
+func (a *afterScript) after(cmd redis.Cmder, err error) {
+	if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && a.armed.CompareAndSwap(true, false) {
+		a.fn()
+	}
+}
+
+// TestHookClosedDuringAcquire: a lock granted while the Locker closes is
+// given back, and the hook hears of a refusal only: no release of a lock
+// it was never told of.
+func TestHookClosedDuringAcquire(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	rec := newRecorder()
+	l := dlock.New(c, dlock.WithHook(rec))
+	hook := &afterScript{fn: func() { _ = l.Close() }}
+	c.AddHook(hook)
+	hook.armed.Store(true)
+	if _, err := l.Acquire(ctx(t), "closing"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Acquire: %v, want ErrClosed", err)
+	}
+	if got, want := strings.Join(rec.kinds("closing"), ","), "attempt,refused"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+// TestHookLostBeforeTold: a lock lost (its Locker closed) before the hook
+// heard of its acquisition is reported lost after it, with the
+// acquisition's context.
+func TestHookLostBeforeTold(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	entered, resume := make(chan struct{}), make(chan struct{})
+	rec := newRecorder()
+	gate := hookFunc(func(ctx context.Context, e dlock.Event) {
+		if e.Kind == dlock.EventAttempt && e.Err == nil {
+			close(entered)
+			<-resume
+		}
+		rec.Event(ctx, e)
+	})
+	l := dlock.New(c, dlock.WithHook(startHook{rec, gate}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx(t), "early")
+		done <- err
+	}()
+	<-entered // granted, the hook not yet told
+	_ = l.Close()
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatal(err) // acquired, then taken back by Close
+	}
+	if got, want := strings.Join(rec.kinds("early"), ","), "attempt,acquired,lost"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+	if rec.badCtx != 0 {
+		t.Errorf("%d events without their acquisition's context", rec.badCtx)
+	}
+}
+
+type hookFunc func(ctx context.Context, e dlock.Event)
+
+// startHook is a Hook whose Start is the recorder's and whose events go to
+// event.
+type startHook struct {
+	rec   *recorder
+	event hookFunc
+}
+
+func (h startHook) Start(ctx context.Context, key string) context.Context {
+	return h.rec.Start(ctx, key)
+}
+func (h startHook) Event(ctx context.Context, e dlock.Event) { h.event(ctx, e) }
+
+// TestHookAfterHolder: Do's context is cancelled before the hook hears of
+// the loss, so that a slow hook cannot delay it.
+func TestHookAfterHolder(t *testing.T) {
+	rec := newRecorder()
+	fnCancelled := make(chan struct{})
+	var sawCancelled atomic.Bool
+	slow := hookFunc(func(ctx context.Context, e dlock.Event) {
+		if e.Kind == dlock.EventLost {
+			select {
+			case <-fnCancelled:
+				sawCancelled.Store(true)
+			case <-time.After(5 * time.Second):
+			}
+		}
+		rec.Event(ctx, e)
+	})
+	l, _, c := single(t, dlock.WithHook(startHook{rec, slow}))
+	err := l.Do(ctx(t), "slowhook", func(ctx context.Context) error {
+		c.Del(context.Background(), "dlock:{slowhook}")
+		<-ctx.Done()
+		close(fnCancelled)
+		return nil
+	}, dlock.WithTTL(300*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v", err)
+	}
+	rec.await(t, "the lost event", func() bool { return len(rec.of(dlock.EventLost)) == 1 })
+	if !sawCancelled.Load() {
+		t.Error("the hook heard of the loss before Do's function saw its context cancelled")
+	}
+}
+
+// TestHookSuspectBalanced: suspect and back events per node balance out
+// once the Locker is closed, also with rounds in flight at Close.
+func TestHookSuspectBalanced(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	rec := newRecorder()
+	l, err := dlock.NewRedlock(dlocktest.Clients(t, servers...), dlock.WithHook(rec), dlock.WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeze(t, servers[1], servers[2])
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = l.TryAcquire(ctx(t), fmt.Sprint("balanced", i))
+		}()
+	}
+	rec.await(t, "a suspect node", func() bool { return len(rec.of(dlock.EventNodeSuspect)) > 0 })
+	_ = l.Close()
+	wg.Wait()
+	count := map[string]int{}
+	for _, e := range rec.of(dlock.EventNodeSuspect) {
+		count[e.Node]++
+	}
+	for _, e := range rec.of(dlock.EventNodeBack) {
+		count[e.Node]--
+	}
+	for node, n := range count {
+		if n != 0 {
+			t.Errorf("node %s: %d more suspect than back events after Close", node, n)
+		}
+	}
+}
+
+// TestHookCallerDeadline: an acquisition cut short by its caller's
+// deadline is not a node's failure.
+func TestHookCallerDeadline(t *testing.T) {
+	rec := newRecorder()
+	l, s, _ := single(t, dlock.WithHook(rec))
+	freeze(t, s)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.TryAcquire(short, "deadline"); err == nil {
+		t.Fatal("acquired on a frozen Redis")
+	}
+	if ne := rec.of(dlock.EventNodeError); len(ne) != 0 {
+		t.Errorf("node errors for the caller's deadline: %+v", ne)
 	}
 }

@@ -44,8 +44,14 @@ type Lock struct {
 	nodes      []nodeLease  // per node
 	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
-	acquiredAt time.Time       // the start of the acquiring round, for the hook
-	hookCtx    context.Context // the acquisition's context for the hook (see Hook.Start)
+	// For the hook: the start of the acquiring round (zero for a lock
+	// given back before Acquire returned), the acquisition's context (see
+	// Hook.Start), whether EventAcquired was sent, and an EventLost held
+	// back until it is.
+	acquiredAt  time.Time
+	hookCtx     context.Context
+	told        bool
+	pendingLost *Event
 	lostCh     chan struct{}
 	lost       bool // ownership ended while held (or Close took the lock back)
 	released   bool
@@ -688,13 +694,28 @@ func (k *Lock) markLost(cause error) {
 	k.onLostFns = nil
 	k.mu.Unlock()
 	k.forget()
-	if k.l.hook != nil {
-		k.l.hook.Event(k.eventCtx(), Event{Kind: EventLost, Key: k.key, Limit: k.limit,
-			Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause})
-	}
+	// The holder first (Do's context), the hook after: a slow hook must
+	// not delay it.
 	for _, f := range fns {
 		f(cause)
 	}
+	if k.l.hook != nil {
+		k.lostEvent(cause)
+	}
+}
+
+// lostEvent tells the hook that the lock was lost, once it was told that it
+// was acquired (see acquisition.end).
+func (k *Lock) lostEvent(cause error) {
+	e := Event{Kind: EventLost, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause}
+	k.mu.Lock()
+	if !k.told {
+		k.pendingLost = &e
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	k.l.hook.Event(k.eventCtx(), e)
 }
 
 func (k *Lock) stopTimers() {
@@ -798,7 +819,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 		ctx = context.WithoutCancel(ctx)
 	}
 	roundErr := k.releaseRound(ctx, ttl)
-	if first && !wasLost && k.l.hook != nil {
+	if first && !wasLost && k.l.hook != nil && !k.acquiredAt.IsZero() {
 		k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Err: roundErr})
 	}
 	err := roundErr

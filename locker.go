@@ -915,6 +915,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		},
 		late)
 
+	res.callerDone = ctx.Err() != nil
 	var fence uint64
 	var grantedNodes []int
 	// effects: what each node's answer (or its absence) shows.

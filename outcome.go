@@ -16,6 +16,10 @@ import (
 // by class, so that an error means the same thing whichever call made it.
 type outcome struct {
 	key                                     string // for the hook's node events
+	// callerDone: the caller's context had ended when the round did, so a
+	// node's failure may be the caller's deadline, not the node's; it is
+	// not told to the hook.
+	callerDone bool
 	n, q                                    int
 	ok, refused, unavailable, misconfigured int
 	// free lists the nodes that refused because the key is free (extend.lua
@@ -37,7 +41,9 @@ func (o *outcome) failed(l *Locker, i int, err error) {
 		o.unavailable++
 	}
 	o.errs = append(o.errs, l.nodeErr(i, err))
-	l.nodeEvent(i, o.key, err)
+	if !o.callerDone {
+		l.nodeEvent(i, o.key, err)
+	}
 }
 
 // missed counts the nodes whose answer did not count.

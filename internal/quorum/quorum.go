@@ -48,8 +48,12 @@ type Node struct {
 	// command, and an answer in time still counts).
 	suspectUntil atomic.Int64
 	// OnSuspect, if set, is told when the node becomes suspect (true) and
-	// when a suspect node answers again (false). Set before first use.
+	// when a suspect node answers again or is closed (false), under
+	// suspectMu, so that the calls alternate and none follows Close's.
+	// Set before first use.
 	OnSuspect func(suspect bool)
+	suspectMu sync.Mutex
+	closed    bool // guarded by suspectMu
 
 	// reload, for a Cluster client, makes it ask the cluster for its
 	// slots again: go-redis otherwise keeps sending to a failed master
@@ -125,9 +129,10 @@ func (n *Node) worker(f func()) {
 // A suspect node is forgotten: OnSuspect is told false.
 func (n *Node) Close() {
 	n.closeOnce.Do(func() { close(n.stop) })
-	if n.suspectUntil.Swap(0) != 0 && n.OnSuspect != nil {
-		n.OnSuspect(false)
-	}
+	n.suspectMu.Lock()
+	n.closed = true
+	n.suspectMu.Unlock()
+	n.clearSuspect()
 }
 
 // suspectFor is how long a node that did not answer in time is not waited
@@ -138,8 +143,30 @@ const suspectFor = 10 * time.Second
 func (n *Node) Suspect() bool { return time.Now().UnixNano() < n.suspectUntil.Load() }
 
 func (n *Node) answered(err error) {
-	if err == nil && n.suspectUntil.Load() != 0 && n.suspectUntil.Swap(0) != 0 && n.OnSuspect != nil {
+	if err == nil && n.suspectUntil.Load() != 0 {
+		n.clearSuspect()
+	}
+}
+
+// clearSuspect ends the node's suspicion, telling OnSuspect.
+func (n *Node) clearSuspect() {
+	n.suspectMu.Lock()
+	defer n.suspectMu.Unlock()
+	if n.suspectUntil.Swap(0) != 0 && n.OnSuspect != nil {
 		n.OnSuspect(false)
+	}
+}
+
+// suspect makes the node suspect until the time until (Unix ns), telling
+// OnSuspect unless it was suspect already or is closed.
+func (n *Node) suspect(until int64) {
+	n.suspectMu.Lock()
+	defer n.suspectMu.Unlock()
+	if n.closed {
+		return
+	}
+	if n.suspectUntil.Swap(until) == 0 && n.OnSuspect != nil {
+		n.OnSuspect(true)
 	}
 }
 
@@ -491,9 +518,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		case a:
 		case timedOut && !time.Now().Before(deadline):
 			// Out of time: the nodes still pending are suspect from now on.
-			if nodes[i].suspectUntil.Swap(until) == 0 && nodes[i].OnSuspect != nil {
-				nodes[i].OnSuspect(true)
-			}
+			nodes[i].suspect(until)
 			missing = append(missing, Missing{Node: i, Err: context.DeadlineExceeded})
 		case timedOut:
 			missing = append(missing, Missing{Node: i, Err: ctx.Err()})
