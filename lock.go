@@ -52,9 +52,9 @@ type Lock struct {
 	hookCtx     context.Context
 	told        bool
 	pendingLost *Event
-	lostCh     chan struct{}
-	lost       bool // ownership ended while held (or Close took the lock back)
-	released   bool
+	lostCh      chan struct{}
+	lost        bool // ownership ended while held (or Close took the lock back)
+	released    bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound

@@ -15,11 +15,11 @@ import (
 // them. Every round of the Locker is counted here and mapped to its error
 // by class, so that an error means the same thing whichever call made it.
 type outcome struct {
-	key                                     string // for the hook's node events
+	key string // for the hook's node events
 	// callerDone: the caller's context had ended when the round did, so a
 	// node's failure may be the caller's deadline, not the node's; it is
 	// not told to the hook.
-	callerDone bool
+	callerDone                              bool
 	n, q                                    int
 	ok, refused, unavailable, misconfigured int
 	// free lists the nodes that refused because the key is free (extend.lua
