@@ -37,10 +37,9 @@
 // held, and carries dlock.key, dlock.lost.reason ("expired", "not held",
 // "closed") and dlock.held, and has status Error with the cause recorded,
 // except for "closed" (the program closed its Locker: a shutdown, not a
-// fault). The hook is
-// told of a loss with no reference to the acquisition (dlock passes
-// context.Background()); should dlock pass the acquisition's context, the
-// span links to the "dlock.acquire" span of the lock.
+// fault). dlock tells the hook of a loss with the context of the lock's
+// acquisition (without its cancellation), so the span links to the
+// "dlock.acquire" span of the lock.
 //
 // # Metrics
 //

@@ -365,6 +365,10 @@ func TestLost(t *testing.T) {
 	if sp.Parent().IsValid() {
 		t.Errorf("dlock.lost has a parent %v, want a root span", sp.Parent())
 	}
+	// dlock passes the acquisition's context with the loss.
+	if len(sp.Links()) != 1 || sp.Links()[0].SpanContext.SpanID() != acq.SpanContext().SpanID() {
+		t.Errorf("dlock.lost links %v, want the acquisition's span %v", sp.Links(), acq.SpanContext().SpanID())
+	}
 	wantAttr(t, "dlock.lost", sp.Attributes(), dlockotel.KeyLostReason, attribute.StringValue(dlock.LostNotHeld))
 	wantAttr(t, "dlock.lost", sp.Attributes(), dlockotel.KeyKey, attribute.StringValue("job"))
 	held, ok := attr(sp.Attributes(), dlockotel.KeyHeld)
