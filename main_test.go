@@ -2,13 +2,11 @@ package dlock_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
@@ -26,36 +24,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DLOCK_HISTORY_WORKER") == "1" {
 		os.Exit(historyWorker()) // a worker process of TestHistory
 	}
-	s, err := dlocktest.NewServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = s.Addr()
-	var servers []*dlocktest.Server
-	for i := 0; i < 5; i++ {
-		rs, err := dlocktest.NewServer()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+	// One Redis for the Examples, five independent masters for the Redlock
+	// one.
+	os.Exit(dlocktest.Main(m, 6, func(s []*dlocktest.Server) {
+		redisAddr = s[0].Addr()
+		for _, rs := range s[1:] {
+			redlockAddrs = append(redlockAddrs, rs.Addr())
 		}
-		servers = append(servers, rs)
-		redlockAddrs = append(redlockAddrs, rs.Addr())
-	}
-	code := m.Run()
-	_ = s.Close()
-	for _, rs := range servers {
-		_ = rs.Close()
-	}
-	if code == 0 {
-		// go-redis keeps retrying a failed dial on a goroutine of its own
-		// for up to a second after the client is closed.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	}))
 }
 
 // single starts a redis-server for the test and returns a Locker on it.

@@ -2,7 +2,6 @@ package dlockgocron_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
@@ -24,23 +22,7 @@ import (
 var redisAddr = "127.0.0.1:6379"
 
 func TestMain(m *testing.M) {
-	s, err := dlocktest.NewServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	if code == 0 {
-		// go-redis keeps retrying a failed dial on a goroutine of its own
-		// for up to a second after the client is closed.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
 }
 
 // newDlock returns a dlock.Locker on its own client to addr, closed (with

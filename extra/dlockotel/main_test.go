@@ -2,7 +2,6 @@ package dlockotel_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
@@ -25,23 +23,7 @@ import (
 var redisAddr = "127.0.0.1:6379"
 
 func TestMain(m *testing.M) {
-	s, err := dlocktest.NewServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	if code == 0 {
-		// go-redis keeps retrying a failed dial on a goroutine of its own
-		// for up to a second after the client is closed.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
 }
 
 // env is a hook on an in-memory span recorder and a manual metric reader.
