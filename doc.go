@@ -135,7 +135,9 @@
 // the resource has seen (its Claim records the fence before a
 // read-modify-write). The module github.com/dlock-dev/dlock/extra/dlocksql
 // shows the same check in SQL, "UPDATE ... SET ..., fence = $f WHERE id = $id
-// AND fence < $f", where a row count of 0 tells a stale writer apart. Both
+// AND fence < $f", where a row count of 0 tells a stale writer apart, as one
+// statement that computes from the row, or after a statement that records
+// the fence before a read (its Add, and Claim then Update). Both
 // need every writer of the data to hold the same lock key and to go through
 // the check. Inside [Locker.Do], [LockFromContext] gives the lock and its
 // fence.

@@ -54,7 +54,8 @@ import (
 var (
 	// ErrStale is wrapped by the error of a write refused because the
 	// resource has seen a larger fence: the writer's lock was lost and
-	// another process has held it since. The error is a [*StaleError].
+	// another process has held it since. The error is a [*StaleError]; see
+	// there for what it says about an earlier try of the same call.
 	ErrStale = errors.New("fenced: stale fence")
 	// ErrNotFound is returned by [Store.Get] (wrapped) when the resource has
 	// no value: it was never written, or deleted. It is not redis.Nil, since
@@ -66,7 +67,17 @@ var (
 )
 
 // StaleError is the error of a write refused because the resource has seen
-// a larger fence. It matches [ErrStale] with errors.Is. Nothing was written.
+// a larger fence. It matches [ErrStale] with errors.Is.
+//
+// It says that the call's last try wrote nothing, not that the call wrote
+// nothing. go-redis retries a command whose reply was lost (a broken
+// connection, a read timeout; see MaxRetries): if the first try ran in
+// Redis and a newer holder then wrote or claimed the resource with a larger
+// fence, the retry is refused, and the call returns a StaleError although
+// its first try wrote (the newer holder may have read that value). So a
+// StaleError is no cue to undo, or to compensate as if the write had never
+// happened: it means the lock was lost and a newer holder owns the
+// resource; stop working under this lock.
 type StaleError struct {
 	// Key is the resource's name, as given (without the prefix).
 	Key string
@@ -75,7 +86,8 @@ type StaleError struct {
 	// Seen is the largest fence the resource had seen when the write was
 	// refused: larger than Fence for a Store, which accepts an equal one
 	// (at least Fence for a check that refuses an equal one, such as
-	// the SQL pattern of extra/dlocksql).
+	// Add in extra/dlocksql, where Seen equal to Fence is the writer's
+	// own earlier write).
 	Seen uint64
 }
 
@@ -107,7 +119,8 @@ const DefaultPrefix = "fenced:"
 // and write timeouts. A call whose reply did not come (a timeout, a broken
 // connection) may or may not have been done: see [Store.Set]. go-redis
 // itself retries a command that failed on a network error (MaxRetries), so
-// a write may run twice: which is why an equal fence is accepted.
+// a write may run twice (which is why an equal fence is accepted), and the
+// error of a call is that of its last try: see [StaleError].
 type Store struct {
 	client redis.UniversalClient
 	prefix string
@@ -140,8 +153,13 @@ func (s *Store) Key(name string) string { return s.prefix + name }
 // Set writes value to the resource key with the caller's fence, if fence is
 // not smaller than every fence the resource has seen, and records fence as
 // the largest seen. Otherwise it returns a [*StaleError] (matching
-// [ErrStale]) carrying the largest fence seen, and writes nothing: the
-// value is unchanged.
+// [ErrStale]) carrying the largest fence seen.
+//
+// ErrStale means that the last try of this call wrote nothing. An earlier
+// try of the same call may have written: go-redis retries a command whose
+// reply was lost, and if the first try ran and a newer holder then wrote
+// or claimed with a larger fence, the retry is refused. Do not undo on
+// ErrStale as if nothing had been written: the lock was lost; stop.
 //
 // An equal fence is accepted: it is the same holder writing again (a dlock
 // fence is issued to one acquisition of a key; fences of later
@@ -152,6 +170,17 @@ func (s *Store) Key(name string) string { return s.prefix + name }
 // or it was not, and the retry does it, or a newer holder has written
 // since, and the retry is refused as stale (whether the first attempt was
 // done or not; the newer holder's write is what counts either way).
+//
+// The fence does not order one holder's own writes: two writes with equal
+// fences are accepted in whatever order Redis runs them. A write whose call
+// failed without a reply (a timeout) may still run in Redis afterwards (the
+// request of one of its tries was still on the way) and then overwrite
+// a later write of the same holder. So after such an error, retry that
+// write (or re-read the resource with [Store.Claim]) before making another
+// write to the same resource; that settles a lost reply, the usual case.
+// To rule out a request delayed even past the retry (on the network, for
+// as long as TCP retransmits it), make the next write under a new
+// acquisition of the lock: its larger fence refuses the late one.
 //
 // Other errors: ErrInvalid (wrapped) for an empty key or a fence of 0 (no
 // dlock fence is 0: a 0 is a fence that was never set); Redis' errors,
@@ -169,6 +198,11 @@ func (s *Store) Set(ctx context.Context, key, value string, fence uint64) error 
 // forgotten, a stale writer's next Set would be accepted. [Store.Get] then
 // returns ErrNotFound and the fence. A Delete of a resource without a
 // value is not an error.
+//
+// As for Set, ErrStale means that the last try of this call deleted
+// nothing; an earlier try, whose reply was lost, may have (see
+// [StaleError]). Nor does the fence order a Delete against the holder's
+// other writes when one of them timed out (see [Store.Set]).
 func (s *Store) Delete(ctx context.Context, key string, fence uint64) error {
 	_, _, err := s.write(ctx, "del", key, fence, "")
 	return err
@@ -186,6 +220,11 @@ func (s *Store) Delete(ctx context.Context, key string, fence uint64) error {
 // write, accepted, would then be lost under the new value. After a Claim
 // that cannot happen: the former holder is refused from the moment of the
 // read.
+//
+// ErrStale means that the last try of this call claimed nothing; an earlier
+// try, whose reply was lost, may have recorded fence (see [StaleError]).
+// Either way a newer holder has claimed or written since: stop; a value
+// read by this call would be stale.
 func (s *Store) Claim(ctx context.Context, key string, fence uint64) (value string, found bool, err error) {
 	return s.write(ctx, "claim", key, fence, "")
 }

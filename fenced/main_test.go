@@ -2,13 +2,11 @@ package fenced_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/fenced"
@@ -19,23 +17,7 @@ import (
 var redisAddr = "127.0.0.1:6379"
 
 func TestMain(m *testing.M) {
-	s, err := dlocktest.NewServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	if code == 0 {
-		// go-redis keeps retrying a failed dial on a goroutine of its own
-		// for up to a second after the client is closed.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
 }
 
 // newStore starts a redis-server for the test and returns a Store on it and
