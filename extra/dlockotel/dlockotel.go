@@ -61,7 +61,8 @@
 // dlock.result is one of "acquired", "busy" (held by another owner),
 // "timeout" and "canceled" (the context ended while waiting for a held
 // lock), "unavailable" (too few nodes answered), "misconfigured",
-// "closed" (the Locker was closed) or "error"; an attempt's is one of
+// "closed" (the Locker was closed), "invalid" (the key is held with another
+// WithLimit) or "error"; an attempt's is one of
 // "acquired", "busy", "unavailable", "misconfigured" and "closed".
 // Attributes given with WithAttributes are added to every span and every
 // metric.
@@ -150,6 +151,7 @@ const (
 	ResultUnavailable   = "unavailable"
 	ResultMisconfigured = "misconfigured"
 	ResultClosed        = "closed"
+	ResultInvalid       = "invalid"
 	ResultError         = "error"
 	ResultReleased      = "released"
 	ResultLost          = "lost"
@@ -166,13 +168,14 @@ const (
 	rUnavailable
 	rMisconfigured
 	rClosed
+	rInvalid
 	rError
 	nResults
 )
 
 var resultNames = [nResults]string{
 	rAcquired: ResultAcquired, rBusy: ResultBusy, rTimeout: ResultTimeout, rCanceled: ResultCanceled,
-	rUnavailable: ResultUnavailable, rMisconfigured: ResultMisconfigured, rClosed: ResultClosed, rError: ResultError,
+	rUnavailable: ResultUnavailable, rMisconfigured: ResultMisconfigured, rClosed: ResultClosed, rInvalid: ResultInvalid, rError: ResultError,
 }
 
 // resultOf classifies an acquisition's or an attempt's error (nil: acquired).
@@ -194,6 +197,8 @@ func resultOf(err error) result {
 			return rCanceled
 		}
 		return rBusy
+	case errors.Is(err, dlock.ErrInvalid):
+		return rInvalid // a key held with another WithLimit
 	}
 	return rError
 }

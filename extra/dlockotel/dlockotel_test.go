@@ -602,3 +602,33 @@ func TestLostClosed(t *testing.T) {
 		t.Errorf("dlock.lost{closed} = %d, want 1", got)
 	}
 }
+
+// TestInvalidLimit: a key held with another limit is the result "invalid",
+// an error.
+func TestInvalidLimit(t *testing.T) {
+	e := newEnv(t)
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	holder := dlock.New(c)
+	defer holder.Close()
+	l := e.locker(c)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	k, err := holder.Acquire(ctx, "pool", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx)
+	if _, err := l.Acquire(ctx, "pool"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Acquire without the holders' limit: %v, want ErrInvalid", err)
+	}
+	sp := e.one(dlockotel.SpanAcquire)
+	wantAttr(t, "dlock.acquire", sp.Attributes(), dlockotel.KeyResult, attribute.StringValue("invalid"))
+	if sp.Status().Code != codes.Error {
+		t.Errorf("status %v, want Error", sp.Status())
+	}
+	if got := e.metrics().int("dlock.acquisitions", dlockotel.KeyResult.String(dlockotel.ResultInvalid)); got != 1 {
+		t.Errorf("dlock.acquisitions{invalid} = %d, want 1", got)
+	}
+}

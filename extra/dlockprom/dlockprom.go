@@ -19,8 +19,9 @@
 //	    Acquisitions (Acquire, TryAcquire, Do, Campaign) that ended, by result:
 //	    "acquired"; "busy": held by another owner, and the call did not
 //	    wait (TryAcquire);
-//	    "canceled": the caller's context ended first (cancelled, or its
-//	    deadline passed, typically while waiting for a busy lock);
+//	    "timeout": the caller's deadline passed first, typically while
+//	    waiting for a busy lock; "canceled": the caller's context was
+//	    cancelled first;
 //	    "unavailable": too few Redis nodes answered (dlock.ErrUnavailable,
 //	    even when the context ended too); "misconfigured":
 //	    dlock.ErrMisconfigured; "closed": dlock.ErrClosed; "invalid": an
@@ -95,6 +96,7 @@ import (
 const (
 	ResultAcquired      = "acquired"
 	ResultBusy          = "busy"
+	ResultTimeout       = "timeout"
 	ResultCanceled      = "canceled"
 	ResultUnavailable   = "unavailable"
 	ResultMisconfigured = "misconfigured"
@@ -114,6 +116,7 @@ type result uint8
 const (
 	resAcquired result = iota
 	resBusy
+	resTimeout
 	resCanceled
 	resUnavailable
 	resMisconfigured
@@ -124,7 +127,7 @@ const (
 )
 
 var resultNames = [numResults]string{
-	resAcquired: ResultAcquired, resBusy: ResultBusy, resCanceled: ResultCanceled,
+	resAcquired: ResultAcquired, resBusy: ResultBusy, resTimeout: ResultTimeout, resCanceled: ResultCanceled,
 	resUnavailable: ResultUnavailable, resMisconfigured: ResultMisconfigured,
 	resClosed: ResultClosed, resInvalid: ResultInvalid, resError: ResultError,
 }
@@ -164,7 +167,9 @@ func refusal(err error) result {
 		return resUnavailable
 	case errors.Is(err, dlock.ErrInvalid):
 		return resInvalid
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded):
+		return resTimeout
+	case errors.Is(err, context.Canceled):
 		return resCanceled
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return resBusy
@@ -248,7 +253,7 @@ func New(opts ...Option) *Collector {
 	c := &Collector{
 		keyLabel: cfg.keyLabel,
 		acquisitions: counter("acquisitions_total",
-			"Lock acquisitions that ended, by result: acquired, busy, canceled, unavailable, misconfigured, closed, invalid, error.", "result"),
+			"Lock acquisitions that ended, by result: acquired, busy, timeout, canceled, unavailable, misconfigured, closed, invalid, error.", "result"),
 		attempts: counter("acquire_attempts_total",
 			"Lock acquisition rounds, by result: acquired, busy, unavailable, misconfigured, closed.", "result"),
 		wait: histogram("acquire_wait_seconds",

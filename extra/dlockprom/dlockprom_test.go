@@ -160,7 +160,7 @@ func TestAcquireRelease(t *testing.T) {
 
 	// Every result is exported from the start, at 0.
 	err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP dlock_acquisitions_total Lock acquisitions that ended, by result: acquired, busy, canceled, unavailable, misconfigured, closed, invalid, error.
+# HELP dlock_acquisitions_total Lock acquisitions that ended, by result: acquired, busy, timeout, canceled, unavailable, misconfigured, closed, invalid, error.
 # TYPE dlock_acquisitions_total counter
 dlock_acquisitions_total{result="acquired"} 4
 dlock_acquisitions_total{result="busy"} 0
@@ -169,6 +169,7 @@ dlock_acquisitions_total{result="closed"} 0
 dlock_acquisitions_total{result="error"} 0
 dlock_acquisitions_total{result="invalid"} 0
 dlock_acquisitions_total{result="misconfigured"} 0
+dlock_acquisitions_total{result="timeout"} 0
 dlock_acquisitions_total{result="unavailable"} 0
 # HELP dlock_acquisitions_in_progress Lock acquisitions begun and not ended yet (mostly waiting for a busy lock).
 # TYPE dlock_acquisitions_in_progress gauge
@@ -201,7 +202,7 @@ dlock_locks_lost_total{reason="not held"} 0
 	}
 }
 
-func TestBusyAndCanceled(t *testing.T) {
+func TestBusyTimeoutCanceled(t *testing.T) {
 	m, reg := newCollector(t)
 	l, _ := single(t, m)
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -223,13 +224,27 @@ func TestBusyAndCanceled(t *testing.T) {
 	if _, err := l.Acquire(short, "job"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire of a held lock until a deadline: %v, want DeadlineExceeded", err)
 	}
-	want(t, reg, 1, "dlock_acquisitions_total", "result", "canceled")
+	want(t, reg, 1, "dlock_acquisitions_total", "result", "timeout")
 	want(t, reg, 1, "dlock_acquisitions_total", "result", "busy")
 	want(t, reg, 1, "dlock_acquisitions_total", "result", "acquired")
-	wantCount(t, reg, 1, "dlock_acquire_wait_seconds", "result", "canceled")
-	if m := find(t, reg, "dlock_acquire_wait_seconds", "result", "canceled"); m != nil && m.Histogram.GetSampleSum() < 0.1 {
-		t.Errorf("the canceled Acquire waited %vs, want about 0.15s", m.Histogram.GetSampleSum())
+	wantCount(t, reg, 1, "dlock_acquire_wait_seconds", "result", "timeout")
+	if m := find(t, reg, "dlock_acquire_wait_seconds", "result", "timeout"); m != nil && m.Histogram.GetSampleSum() < 0.1 {
+		t.Errorf("the Acquire that timed out waited %vs, want about 0.15s", m.Histogram.GetSampleSum())
 	}
+
+	cctx, cancelNow := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(cctx, "job")
+		got <- err
+	}()
+	// Once the Acquire waits (in progress), cancel it.
+	waitFor(t, "a waiting Acquire", func() bool { return value(t, reg, "dlock_acquisitions_in_progress") == 1 })
+	cancelNow()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire of a held lock until cancelled: %v, want Canceled", err)
+	}
+	want(t, reg, 1, "dlock_acquisitions_total", "result", "canceled")
 	want(t, reg, 0, "dlock_acquisitions_in_progress")
 }
 
@@ -453,7 +468,7 @@ func TestRefusalResults(t *testing.T) {
 		want string
 	}{
 		{fmt.Errorf("%w: held", dlock.ErrNotAcquired), dlockprom.ResultBusy},
-		{fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.DeadlineExceeded), dlockprom.ResultCanceled},
+		{fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.DeadlineExceeded), dlockprom.ResultTimeout},
 		{fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.Canceled), dlockprom.ResultCanceled},
 		{fmt.Errorf("%w: %w", dlock.ErrUnavailable, context.DeadlineExceeded), dlockprom.ResultUnavailable},
 		{fmt.Errorf("%w: %w", dlock.ErrMisconfigured, &dlock.NodeError{Addr: "a", Err: errors.New("NOPERM")}), dlockprom.ResultMisconfigured},
