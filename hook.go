@@ -70,11 +70,9 @@ const (
 	// take it, or a subscription that came back), not by its timer.
 	EventWoken
 	// EventReleased: the lock was released (its first Release call) after
-	// being held for Held. Err is what Release returns: nil; an error
-	// wrapping ErrNotHeld when a quorum no longer held the lock (it had
-	// expired or been taken before Lost could fire, as after a process
-	// pause: work under it may have overlapped another holder's); or not
-	// confirmed (ErrUnavailable: the key expires after its TTL).
+	// being held for Held. Err is nil, or what Release returns when the
+	// release was not confirmed (ErrUnavailable: the key expires after its
+	// TTL). A Release that finds the lock no longer held is an EventLost.
 	EventReleased
 	// EventRenewFailed: an automatic renewal or an Extend was not
 	// confirmed by a quorum (Err says why). The lock is still held until
@@ -83,7 +81,10 @@ const (
 	// EventLost: the lock was lost while held, after Held. Reason is
 	// LostExpired, LostNotHeld or LostClosed; Err is the cause passed on to
 	// Do's context. The holder is told first: the event comes after Lost
-	// is closed.
+	// is closed. A lock that Release found no longer held by a quorum (it
+	// had expired or been taken before Lost could fire, as after a process
+	// pause: work under it may have overlapped another holder's) is lost
+	// too, with Reason LostNotHeld, instead of released.
 	EventLost
 	// EventNodeError: node Node failed a command (Key is the lock's when
 	// the command was for one, "" for the waiters' subscription): an error

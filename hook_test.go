@@ -567,3 +567,28 @@ func TestHookCallerDeadline(t *testing.T) {
 		t.Errorf("node errors for the caller's deadline: %+v", ne)
 	}
 }
+
+// TestHookReleaseFindsLost: a Release that finds the lock taken (here
+// deleted behind its back before any renewal could notice) is a loss for
+// the hook, not a release.
+func TestHookReleaseFindsLost(t *testing.T) {
+	rec := newRecorder()
+	l, _, c := single(t, dlock.WithHook(rec))
+	k, err := l.Acquire(ctx(t), "silent", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.TTL() != time.Minute {
+		t.Errorf("TTL %s, want 1m", k.TTL())
+	}
+	c.Del(ctx(t), "dlock:{silent}")
+	if err := k.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release: %v, want ErrNotHeld", err)
+	}
+	if got, want := strings.Join(rec.kinds("silent"), ","), "attempt,acquired,lost"; got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+	if lost := rec.of(dlock.EventLost); len(lost) != 1 || lost[0].Reason != dlock.LostNotHeld || !errors.Is(lost[0].Err, dlock.ErrLockLost) {
+		t.Errorf("lost events %+v", lost)
+	}
+}

@@ -194,6 +194,14 @@ func (k *Lock) Fence() uint64 { return k.fence }
 // It is also closed by Release.
 func (k *Lock) Lost() <-chan struct{} { return k.lostCh }
 
+// TTL returns the lock's TTL: WithTTL's (DefaultTTL without it), or the
+// last one an Extend confirmed; auto-renewals use it.
+func (k *Lock) TTL() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ttl
+}
+
 // ValidUntil returns the time until which ownership is guaranteed by the last
 // confirmed acquisition or renewal (on the monotonic clock), or the zero time
 // once a quorum of nodes said the lock is no longer ours. Lost closes shortly
@@ -820,7 +828,13 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	}
 	roundErr := k.releaseRound(ctx, ttl)
 	if first && !wasLost && k.l.hook != nil && !k.acquiredAt.IsZero() {
-		k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Err: roundErr})
+		if errors.Is(roundErr, ErrNotHeld) {
+			// Lost before Lost could tell (a pause past the validity, a
+			// force release): for the hook, a loss.
+			k.lostEvent(fmt.Errorf("%w: found by Release: %w", ErrLockLost, roundErr))
+		} else {
+			k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Err: roundErr})
+		}
 	}
 	err := roundErr
 	if wasLost {

@@ -83,6 +83,7 @@ package dlockprom
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -442,7 +443,9 @@ func (c *Collector) series(key string) *series {
 	if c.keyLabel == nil {
 		return c.all
 	}
-	v := c.keyLabel(key)
+	// A label value must be UTF-8 (client_golang panics otherwise), and a
+	// lock's name is any string (no allocation when it is UTF-8).
+	v := strings.ToValidUTF8(c.keyLabel(key), "\uFFFD")
 	if s, ok := (*c.byKey.Load())[v]; ok {
 		return s
 	}

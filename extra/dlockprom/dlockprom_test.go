@@ -433,12 +433,17 @@ func TestKeyLabel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A name that is not UTF-8 (dlock takes any string) does not panic.
+	if _, err := l.TryAcquire(ctx, "\xff\xfe:42"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, reg, 1, "dlock_acquisitions_total", "key", "\uFFFD", "result", "acquired")
 	want(t, reg, 2, "dlock_acquisitions_total", "key", "invoice", "result", "acquired")
 	want(t, reg, 1, "dlock_acquisitions_total", "key", "user", "result", "acquired")
 	wantCount(t, reg, 2, "dlock_held_seconds", "key", "invoice", "outcome", "released")
 	want(t, reg, 0, "dlock_acquisitions_in_progress", "key", "invoice")
-	if n := testutil.CollectAndCount(m, "dlock_acquisitions_in_progress"); n != 2 {
-		t.Errorf("%d series of dlock_acquisitions_in_progress, want 2 (one per key label value)", n)
+	if n := testutil.CollectAndCount(m, "dlock_acquisitions_in_progress"); n != 3 {
+		t.Errorf("%d series of dlock_acquisitions_in_progress, want 3 (one per key label value)", n)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
