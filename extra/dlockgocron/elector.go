@@ -68,6 +68,8 @@ func NewElector(ctx context.Context, l *dlock.Locker, key, value string, opts ..
 		return nil, fmt.Errorf("%w: NewElector needs an election key", dlock.ErrInvalid)
 	case value == "":
 		return nil, fmt.Errorf("%w: NewElector needs a value naming this instance", dlock.ErrInvalid)
+	case len(value) > dlock.MaxMetadata:
+		return nil, fmt.Errorf("%w: a value of %d bytes is longer than %d", dlock.ErrInvalid, len(value), dlock.MaxMetadata)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Elector{l: l, key: key, value: value, opts: opts, cancel: cancel,

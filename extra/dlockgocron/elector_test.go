@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,7 +263,7 @@ func TestNewElectorInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		l          *dlock.Locker
 		key, value string
-	}{{nil, "k", "v"}, {l, "", "v"}, {l, "k", ""}} {
+	}{{nil, "k", "v"}, {l, "", "v"}, {l, "k", ""}, {l, "k", strings.Repeat("v", dlock.MaxMetadata+1)}} {
 		if _, err := dlockgocron.NewElector(ctx, tc.l, tc.key, tc.value); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewElector(%v, %q, %q): %v, want ErrInvalid", tc.l != nil, tc.key, tc.value, err)
 		}

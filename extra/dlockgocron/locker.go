@@ -53,7 +53,8 @@ func WithKeyPrefix(prefix string) Option {
 //
 // A lock held past Unlock does not block the next tick of the instance that
 // holds it: its next Lock for the same job takes the held lock over (same
-// fence) instead of asking Redis, so d may be longer than the job's
+// fence; one Extend by the lock's TTL, so that the run has a whole lease
+// even without auto-renewal), so d may be longer than the job's
 // interval. Another instance skips the job while the lock is held; with d at
 // least the interval, one instance keeps the job for as long as it fires it
 // (which also gives "once per interval across the fleet" for DurationJobs
@@ -103,7 +104,9 @@ var _ gocron.Locker = (*Locker)(nil)
 // a job: the lock named prefix + the job's name (see WithKeyPrefix), taken
 // with TryAcquire, renewed while the job runs, and held at least the minimum
 // hold (see WithMinHold). Close l when the scheduler has shut down: that
-// releases the locks still held.
+// releases the locks still held. Give each scheduler a Locker of its own:
+// runs of one Locker take over each other's held lock, so two schedulers
+// sharing one would run the same tick twice.
 func NewLocker(l *dlock.Locker, opts ...Option) *Locker {
 	cfg := config{prefix: DefaultKeyPrefix, minHold: DefaultMinHold}
 	for _, o := range opts {
@@ -140,7 +143,8 @@ type jobLock struct {
 //
 // gocron passes the error to the job's AfterLockError listeners. When this
 // instance still holds the job's lock from its last run (the minimum hold),
-// Lock takes that lock over without a round trip to Redis.
+// Lock takes that lock over, extending it by its TTL (one round trip; if
+// Redis does not confirm, the lock is released and Lock asks for it anew).
 //
 // gocron calls Unlock on the returned gocron.Lock when the run ends. Unlock
 // returns nil at once while the minimum hold lasts (the lock is released in
@@ -180,14 +184,26 @@ func (lk *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 			continue
 		default:
 			// Lingering and held: this instance ran the job last and still
-			// holds the lock; the new run takes it over.
+			// holds the lock; the new run takes it over, once Redis has
+			// confirmed a whole TTL from now (without auto-renewal, the
+			// rest of the last run's lease could be short).
 			j.timer.Stop() // if it fired already, its callback finds itself stale
 			j.timer = nil
 			j.active = true
 			j.hold++
+			hold := j.hold
 			j.until = time.Now().Add(lk.cfg.minHold)
 			lk.mu.Unlock()
-			return j, nil
+			if err := j.lock.Extend(ctx, j.lock.TTL()); err != nil {
+				// Lost, or not confirmed: let it go, then ask Redis.
+				lk.mu.Lock()
+				j.active = false
+				j.beginRelease()
+				lk.mu.Unlock()
+				_ = j.finishRelease()
+				continue
+			}
+			return run{j, hold}, nil
 		}
 	}
 }
@@ -212,7 +228,7 @@ func (lk *Locker) acquire(ctx context.Context, name string) (gocron.Lock, error)
 		go func() { _ = old.finishRelease() }()
 	}
 	lk.jobs[name] = j
-	return j, nil
+	return run{j, j.hold}, nil
 }
 
 // Held returns the dlock lock that the run of the job named name (the name
@@ -243,10 +259,21 @@ func (lk *Locker) Held(name string) *dlock.Lock {
 // dlock.ErrUnavailable means that the release could not be confirmed: the
 // lock then expires after its TTL. gocron ignores the error. Unlock after
 // Unlock returns nil.
-func (j *jobLock) Unlock(ctx context.Context) error {
+func (r run) Unlock(ctx context.Context) error { return r.j.unlock(r.hold) }
+
+// run is the gocron.Lock of one run: the hold-th of its jobLock, so that an
+// Unlock of an earlier run does nothing to a later one.
+type run struct {
+	j    *jobLock
+	hold uint64
+}
+
+var _ gocron.Lock = run{}
+
+func (j *jobLock) unlock(hold uint64) error {
 	lk := j.lk
 	lk.mu.Lock()
-	if !j.active {
+	if !j.active || j.hold != hold {
 		lk.mu.Unlock()
 		return nil
 	}
