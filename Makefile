@@ -14,7 +14,7 @@ build:
 # The CLI is vetted for macOS too; the allocation check runs once more
 # without the race detector (which costs go-redis a few allocations), with
 # its real limit; and every module under extra/ (each its own go.mod) is
-# vetted and tested the same way.
+# vetted and tested the same way (its allocation checks without -race).
 test: redis
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -23,7 +23,8 @@ test: redis
 	@for m in extra/*/go.mod; do \
 		[ -f "$$m" ] || continue; \
 		d=$$(dirname "$$m"); echo "== $$d"; \
-		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./...) || exit 1; \
+		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
+			if grep -rqs AllocsPerRun --include='*_test.go' .; then $(GO) test -count=1 -run Alloc ./...; fi) || exit 1; \
 	done
 
 # The main job: start local redis-servers and show the lock at work.

@@ -157,6 +157,54 @@ type Event struct {
 	Err error
 }
 
+// Results of an acquisition or an attempt: see Event.Result.
+const (
+	ResultAcquired      = "acquired"
+	ResultBusy          = "busy"          // ErrNotAcquired: held by another owner, and the call did not wait (or no longer)
+	ResultTimeout       = "timeout"       // the caller's deadline passed first, typically while it waited for a busy lock
+	ResultCanceled      = "canceled"      // the caller's context was cancelled first
+	ResultUnavailable   = "unavailable"   // ErrUnavailable: too few nodes answered (also when the context ended meanwhile)
+	ResultMisconfigured = "misconfigured" // ErrMisconfigured
+	ResultClosed        = "closed"        // ErrClosed: the Locker was closed
+	ResultInvalid       = "invalid"       // ErrInvalid: the key is held with another limit (WithLimit)
+)
+
+// Result classifies an EventAcquired, an EventRefused or an EventAttempt
+// for metrics and traces: one of the Result constants, "" for other events
+// (and for an error of none of these classes, which dlock does not give).
+// The class of the failure comes first: an acquisition that ended with
+// ErrUnavailable is "unavailable" even when the caller's context ended too,
+// so that nodes that do not answer are not hidden behind deadlines; then
+// the end of the context ("timeout", "canceled"), then a busy lock.
+func (e Event) Result() string {
+	switch e.Kind {
+	case EventAcquired:
+		return ResultAcquired
+	case EventAttempt, EventRefused:
+	default:
+		return ""
+	}
+	switch err := e.Err; {
+	case err == nil:
+		return ResultAcquired
+	case errors.Is(err, ErrClosed):
+		return ResultClosed
+	case errors.Is(err, ErrMisconfigured):
+		return ResultMisconfigured
+	case errors.Is(err, ErrUnavailable):
+		return ResultUnavailable
+	case errors.Is(err, ErrInvalid):
+		return ResultInvalid
+	case errors.Is(err, context.DeadlineExceeded):
+		return ResultTimeout
+	case errors.Is(err, context.Canceled):
+		return ResultCanceled
+	case errors.Is(err, ErrNotAcquired):
+		return ResultBusy
+	}
+	return ""
+}
+
 // WithHook adds h to the Locker's hooks; they are called in the order they
 // were added (WithLogger adds one too). A nil h is ignored. With no hook, a
 // Locker does not build events at all.

@@ -592,3 +592,27 @@ func TestHookReleaseFindsLost(t *testing.T) {
 		t.Errorf("lost events %+v", lost)
 	}
 }
+
+func TestEventResult(t *testing.T) {
+	for _, tc := range []struct {
+		e    dlock.Event
+		want string
+	}{
+		{dlock.Event{Kind: dlock.EventAcquired}, dlock.ResultAcquired},
+		{dlock.Event{Kind: dlock.EventAttempt}, dlock.ResultAcquired},
+		{dlock.Event{Kind: dlock.EventAttempt, Err: dlock.ErrNotAcquired}, dlock.ResultBusy},
+		{dlock.Event{Kind: dlock.EventRefused, Err: fmt.Errorf("%w: held", dlock.ErrNotAcquired)}, dlock.ResultBusy},
+		{dlock.Event{Kind: dlock.EventRefused, Err: fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.DeadlineExceeded)}, dlock.ResultTimeout},
+		{dlock.Event{Kind: dlock.EventRefused, Err: fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.Canceled)}, dlock.ResultCanceled},
+		{dlock.Event{Kind: dlock.EventRefused, Err: fmt.Errorf("%w: %w", dlock.ErrUnavailable, context.DeadlineExceeded)}, dlock.ResultUnavailable},
+		{dlock.Event{Kind: dlock.EventRefused, Err: dlock.ErrMisconfigured}, dlock.ResultMisconfigured},
+		{dlock.Event{Kind: dlock.EventRefused, Err: dlock.ErrClosed}, dlock.ResultClosed},
+		{dlock.Event{Kind: dlock.EventRefused, Err: fmt.Errorf("%w: limit", dlock.ErrInvalid)}, dlock.ResultInvalid},
+		{dlock.Event{Kind: dlock.EventRefused, Err: errors.New("other")}, ""},
+		{dlock.Event{Kind: dlock.EventLost}, ""},
+	} {
+		if got := tc.e.Result(); got != tc.want {
+			t.Errorf("%v %v: %q, want %q", tc.e.Kind, tc.e.Err, got, tc.want)
+		}
+	}
+}

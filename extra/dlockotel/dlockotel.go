@@ -142,16 +142,18 @@ const (
 	keyErrorMessage = attribute.Key("error.message")
 )
 
-// Values of KeyResult.
+// Values of KeyResult: dlock's classification of acquisitions and attempts
+// (dlock.Event.Result), "error" for an error it does not classify, and the
+// ends of a lock (dlock.held.duration).
 const (
-	ResultAcquired      = "acquired"
-	ResultBusy          = "busy"
-	ResultTimeout       = "timeout"
-	ResultCanceled      = "canceled"
-	ResultUnavailable   = "unavailable"
-	ResultMisconfigured = "misconfigured"
-	ResultClosed        = "closed"
-	ResultInvalid       = "invalid"
+	ResultAcquired      = dlock.ResultAcquired
+	ResultBusy          = dlock.ResultBusy
+	ResultTimeout       = dlock.ResultTimeout
+	ResultCanceled      = dlock.ResultCanceled
+	ResultUnavailable   = dlock.ResultUnavailable
+	ResultMisconfigured = dlock.ResultMisconfigured
+	ResultClosed        = dlock.ResultClosed
+	ResultInvalid       = dlock.ResultInvalid
 	ResultError         = "error"
 	ResultReleased      = "released"
 	ResultLost          = "lost"
@@ -178,27 +180,19 @@ var resultNames = [nResults]string{
 	rUnavailable: ResultUnavailable, rMisconfigured: ResultMisconfigured, rClosed: ResultClosed, rInvalid: ResultInvalid, rError: ResultError,
 }
 
-// resultOf classifies an acquisition's or an attempt's error (nil: acquired).
-func resultOf(err error) result {
-	switch {
-	case err == nil:
-		return rAcquired
-	case errors.Is(err, dlock.ErrClosed):
-		return rClosed
-	case errors.Is(err, dlock.ErrMisconfigured):
-		return rMisconfigured
-	case errors.Is(err, dlock.ErrUnavailable):
-		return rUnavailable
-	case errors.Is(err, dlock.ErrNotAcquired):
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			return rTimeout
-		case errors.Is(err, context.Canceled):
-			return rCanceled
-		}
-		return rBusy
-	case errors.Is(err, dlock.ErrInvalid):
-		return rInvalid // a key held with another WithLimit
+// resultIndex maps the values of dlock.Event.Result to results.
+var resultIndex = func() map[string]result {
+	m := make(map[string]result, nResults)
+	for r, name := range resultNames {
+		m[name] = result(r)
+	}
+	return m
+}()
+
+// resultOf is the result of an acquisition or an attempt.
+func resultOf(e dlock.Event) result {
+	if r, ok := resultIndex[e.Result()]; ok {
+		return r
 	}
 	return rError
 }
@@ -435,7 +429,7 @@ func (h *Hook) Start(ctx context.Context, key string) context.Context {
 func (h *Hook) Event(ctx context.Context, e dlock.Event) {
 	switch e.Kind {
 	case dlock.EventAttempt:
-		r := resultOf(e.Err)
+		r := resultOf(e)
 		h.attempts.Add(ctx, 1, h.results[r].add...)
 		if a := h.acquisition(ctx); a != nil {
 			a.span.AddEvent(EventAttempt, trace.WithAttributes(KeyAttempt.Int(e.Attempt), h.resultAttrs[r]))
@@ -480,7 +474,7 @@ func (h *Hook) Event(ctx context.Context, e dlock.Event) {
 func (h *Hook) ended(ctx context.Context, e dlock.Event) {
 	r := rAcquired
 	if e.Kind == dlock.EventRefused {
-		r = resultOf(e.Err)
+		r = resultOf(e)
 		if r == rAcquired { // a refusal without an error: should not be
 			r = rError
 		}

@@ -82,7 +82,6 @@ package dlockprom
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,16 +92,18 @@ import (
 )
 
 // Label values of result (dlock_acquisitions_total,
-// dlock_acquire_attempts_total, dlock_acquire_wait_seconds).
+// dlock_acquire_attempts_total, dlock_acquire_wait_seconds): dlock's
+// classification (dlock.Event.Result), and "error" for an error it does
+// not classify.
 const (
-	ResultAcquired      = "acquired"
-	ResultBusy          = "busy"
-	ResultTimeout       = "timeout"
-	ResultCanceled      = "canceled"
-	ResultUnavailable   = "unavailable"
-	ResultMisconfigured = "misconfigured"
-	ResultClosed        = "closed"
-	ResultInvalid       = "invalid"
+	ResultAcquired      = dlock.ResultAcquired
+	ResultBusy          = dlock.ResultBusy
+	ResultTimeout       = dlock.ResultTimeout
+	ResultCanceled      = dlock.ResultCanceled
+	ResultUnavailable   = dlock.ResultUnavailable
+	ResultMisconfigured = dlock.ResultMisconfigured
+	ResultClosed        = dlock.ResultClosed
+	ResultInvalid       = dlock.ResultInvalid
 	ResultError         = "error"
 )
 
@@ -152,48 +153,21 @@ func lostIndex(reason string) int {
 	return 3
 }
 
-// refusal is the result of an acquisition that ended with err: the class
-// of the failure first, so that nodes that did not answer are reported as
-// such even when the caller's context ended too, then the end of the
-// context, then a busy lock.
-func refusal(err error) result {
-	switch {
-	case err == nil:
-		return resError // not an EventRefused's error
-	case errors.Is(err, dlock.ErrClosed):
-		return resClosed
-	case errors.Is(err, dlock.ErrMisconfigured):
-		return resMisconfigured
-	case errors.Is(err, dlock.ErrUnavailable):
-		return resUnavailable
-	case errors.Is(err, dlock.ErrInvalid):
-		return resInvalid
-	case errors.Is(err, context.DeadlineExceeded):
-		return resTimeout
-	case errors.Is(err, context.Canceled):
-		return resCanceled
-	case errors.Is(err, dlock.ErrNotAcquired):
-		return resBusy
+// resultIndex maps the values of dlock.Event.Result to results.
+var resultIndex = func() map[string]result {
+	m := make(map[string]result, numResults)
+	for r, name := range resultNames {
+		m[name] = result(r)
+	}
+	return m
+}()
+
+// resultOf is the result of an acquisition or an attempt.
+func resultOf(e dlock.Event) result {
+	if r, ok := resultIndex[e.Result()]; ok {
+		return r
 	}
 	return resError
-}
-
-// attemptResult is the result of an attempt whose class is err (the
-// sentinels themselves, compared first).
-func attemptResult(err error) result {
-	switch err {
-	case nil:
-		return resAcquired
-	case dlock.ErrNotAcquired:
-		return resBusy
-	case dlock.ErrUnavailable:
-		return resUnavailable
-	case dlock.ErrMisconfigured:
-		return resMisconfigured
-	case dlock.ErrClosed:
-		return resClosed
-	}
-	return refusal(err)
 }
 
 // A Collector counts what dlock Lockers do and exports it to Prometheus. It
@@ -316,11 +290,11 @@ func (c *Collector) Event(_ context.Context, e dlock.Event) {
 	switch e.Kind {
 	case dlock.EventAttempt:
 		s := c.series(e.Key)
-		s.attempt(attemptResult(e.Err)).Inc()
+		s.attempt(resultOf(e)).Inc()
 	case dlock.EventAcquired:
 		c.series(e.Key).ended(resAcquired, e.Wait.Seconds())
 	case dlock.EventRefused:
-		c.series(e.Key).ended(refusal(e.Err), e.Wait.Seconds())
+		c.series(e.Key).ended(resultOf(e), e.Wait.Seconds())
 	case dlock.EventWoken:
 		c.series(e.Key).woken.Inc()
 	case dlock.EventReleased:
