@@ -222,7 +222,8 @@
 // wait and the number of attempts), of every lock's end (exactly one
 // released or lost event, with the time held and, for a loss, its reason),
 // of renewals that were not confirmed, and of nodes that fail a command,
-// stop answering or come back: see [EventKind]. A Locker without a hook
+// stop answering or come back: see [EventKind]; [Event.Result] classifies
+// acquisitions for metrics and traces. A Locker without a hook
 // builds no event, and a hook that does nothing adds no allocation to an
 // Acquire and Release. [WithLogger] logs what an operator should see (lost
 // locks, failing nodes, a subscription the ACL refuses) through log/slog.
