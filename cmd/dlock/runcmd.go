@@ -259,6 +259,22 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		cmd = guard
 	}
 
+	// Ctrl-Z in terminal mode. Left to its default, a SIGTSTP that comes
+	// while the command starts stops its child between fork and exec, while
+	// the thread that forked it waits for the exec (Linux forks as vfork
+	// does): dlock cannot complete its stop, and the shell never sees the
+	// job stopped, nor can the user resume it. So dlock catches SIGTSTP:
+	// while the command starts, it lets the child go on to exec (SIGCONT to
+	// the job) and stops the job once the command runs; afterwards the
+	// command stops by itself (the default) and dlock stops itself with
+	// SIGSTOP, so that the shell sees the job stopped, and fg resumes both.
+	var tstp chan os.Signal
+	if interactive {
+		tstp = make(chan os.Signal, 1)
+		signal.Notify(tstp, syscall.SIGTSTP)
+		defer signal.Stop(tstp)
+	}
+
 	started := make(chan error, 1)
 	exited := make(chan struct{})
 	go func() {
@@ -275,7 +291,30 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		_ = cmd.Wait() // the status is in cmd.ProcessState
 		close(exited)
 	}()
-	if err := <-started; err != nil {
+	// Signals that come while the command starts are passed on once it
+	// runs: in terminal mode, one from the terminal reached dlock's group
+	// before the command was in it (if it was, the command gets it twice).
+	var err error
+	stopped := false
+	var early []os.Signal
+waitStart:
+	for {
+		select {
+		case err = <-started:
+			break waitStart
+		case s := <-sigs:
+			early = append(early, s)
+		case <-tstp:
+			stopped = true
+			_ = syscall.Kill(0, syscall.SIGCONT)
+		}
+	}
+	if stopped && err == nil {
+		// The user's Ctrl-Z, now that the command can get it too (and
+		// dlock, through tstp, below).
+		_ = syscall.Kill(0, syscall.SIGTSTP)
+	}
+	if err != nil {
 		c.errorf("cannot run %s: %s", argv[0], errText(err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return exitNotFound, false
@@ -290,6 +329,10 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 		c.debugf("running %s (pid %d, with the terminal)", argv[0], target)
 	} else {
 		c.debugf("running %s (process group %d)", argv[0], -target)
+	}
+	for _, s := range early {
+		c.debugf("forwarding %s, which came as the command started", signalName(s))
+		_ = syscall.Kill(target, s.(syscall.Signal))
 	}
 
 	// terminate sends SIGTERM to the group now and SIGKILL at killAt (or
@@ -334,6 +377,9 @@ loop:
 		select {
 		case <-exited:
 			break loop
+		case <-tstp:
+			// The command got the SIGTSTP too, and stops by default.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case s := <-sigs:
 			if interactive && fromTerminal(s) {
 				// The terminal sent it to the whole job: the command has
