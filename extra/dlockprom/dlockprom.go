@@ -82,6 +82,7 @@ package dlockprom
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -442,13 +443,16 @@ func (c *Collector) addSeries(v string) *series {
 		v = OverflowKeyLabel
 	}
 	s := c.newSeries(v, true)
-	m := make(map[string]*series, len(old)+1)
-	for k, s := range old {
-		m[k] = s
-	}
-	m[v] = s
-	c.byKey.Store(&m)
+	storeWith(&c.byKey, v, s)
 	return s
+}
+
+// storeWith stores a copy of the map at p with k set to v (copy on write:
+// readers load the map without locking); c.mu is held.
+func storeWith[V any](p *atomic.Pointer[map[string]V], k string, v V) {
+	m := maps.Clone(*p.Load())
+	m[k] = v
+	p.Store(&m)
 }
 
 // A node holds the resolved children of the metrics of one node.
@@ -469,11 +473,6 @@ func (c *Collector) node(addr string) *node {
 		return n
 	}
 	n := &node{errors: c.nodeErrors.WithLabelValues(addr), suspect: c.nodeSuspect.WithLabelValues(addr)}
-	m := make(map[string]*node, len(old)+1)
-	for k, n := range old {
-		m[k] = n
-	}
-	m[addr] = n
-	c.nodes.Store(&m)
+	storeWith(&c.nodes, addr, n)
 	return n
 }
