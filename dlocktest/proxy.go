@@ -21,8 +21,13 @@ type Proxy struct {
 	holed   bool
 	healed  chan struct{} // closed when a black hole ends
 	conns   map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup
+	// delay is the latency of each connection that DelayOpen delayed (both
+	// of its sides), on top of latency; held counts the writes being held
+	// back by it.
+	delay  map[net.Conn]time.Duration
+	held   int
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // NewProxy starts a proxy to target ("host:port") on a free loopback port.
@@ -32,7 +37,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, healed: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, delay: map[net.Conn]time.Duration{}, healed: make(chan struct{})}
 	close(p.healed)
 	p.wg.Add(1)
 	go p.accept()
@@ -48,6 +53,28 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
 	p.mu.Unlock()
+}
+
+// DelayOpen delays what goes through the connections open now, in both
+// directions, by d, from their next read on; connections accepted later are
+// not delayed. It stands for a fault of one network path (a TCP
+// retransmission, a stalled middlebox) while new connections get through:
+// bytes a client sent on such a connection reach the server late, even
+// after the client gave up on it and closed it.
+func (p *Proxy) DelayOpen(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.delay[c] = d
+	}
+}
+
+// Delayed returns the number of reads that DelayOpen's delay holds back at
+// the moment: 0 once everything sent on a delayed connection was forwarded.
+func (p *Proxy) Delayed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // BlackHole stops (on) or resumes (off) forwarding: connections are still
@@ -129,6 +156,8 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		p.mu.Lock()
 		delete(p.conns, src)
 		delete(p.conns, dst)
+		delete(p.delay, src)
+		delete(p.delay, dst)
 		p.mu.Unlock()
 		_ = src.Close()
 		_ = dst.Close()
@@ -138,13 +167,22 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			latency, healed := p.latency, p.healed
+			latency, healed, extra := p.latency, p.healed, p.delay[src]
+			if extra > 0 {
+				p.held++
+			}
 			p.mu.Unlock()
 			<-healed // a black hole holds the data
-			if latency > 0 {
-				time.Sleep(latency)
+			if latency+extra > 0 {
+				time.Sleep(latency + extra)
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			_, werr := dst.Write(buf[:n])
+			if extra > 0 {
+				p.mu.Lock()
+				p.held--
+				p.mu.Unlock()
+			}
+			if werr != nil {
 				return
 			}
 		}
