@@ -48,18 +48,63 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 	} else if cfg.limit > 1 {
 		return nil, invalid("an election has one leader: WithLimit(%d) does not apply", cfg.limit)
 	}
-	all := make([]LockOption, 0, len(opts)+1)
+	all := make([]LockOption, 0, len(opts)+2)
 	all = append(all, opts...)
-	all = append(all, WithMetadata(value))
+	all = append(all, WithMetadata(value), asElection)
 	k, err := l.Acquire(ctx, key, all...)
 	if err != nil {
 		return nil, err
 	}
-	k.mu.Lock()
-	k.election = true
-	k.mu.Unlock()
-	l.announce(key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.token+" "+value)
+	if !k.announceTerm(value) && l.isClosed() {
+		// Close took the leadership back before it could be announced.
+		return nil, closedErr(key)
+	}
 	return k, nil
+}
+
+// asElection makes the lock a leadership (see leadership) from its start,
+// so that a Close that comes before Campaign returns announces its end.
+func asElection(c *lockConfig) { c.election = true }
+
+// leadership is the election state of a Lock that Campaign acquired. Its
+// announcements are serialised, so that observers never hear of the
+// vacancy of a term before the term itself: a Close (or Release) racing
+// with Campaign either comes after the term's announcement and announces
+// the vacancy after it, or comes first, and then the term is not announced
+// at all.
+type leadership struct {
+	mu      sync.Mutex
+	vacated bool // the vacancy was announced (or the term can no longer be)
+}
+
+// announceTerm announces the leadership's term, unless the lock was lost or
+// released first; it reports whether it did.
+func (k *Lock) announceTerm(value string) bool {
+	e := k.election
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.vacated || !k.held() {
+		e.vacated = true
+		return false
+	}
+	k.l.announce(k.key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.token+" "+value)
+	return true
+}
+
+// resigned announces that the leadership ended (resigned, or given back by
+// Close), once, after its term's announcement if that is under way. It
+// does nothing for a lock that is not a leadership.
+func (k *Lock) resigned() {
+	e := k.election
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.vacated {
+		e.vacated = true
+		k.l.announce(k.key, "V "+strconv.FormatUint(k.fence, 10))
+	}
 }
 
 // electionChannel is the pub/sub channel on which an election's changes are

@@ -20,8 +20,13 @@ import (
 // (the caller's, a renewal's timer, a subscription's), sometimes with a
 // lock of the Locker's held: a hook must be fast, must not block, and must
 // not call the Locker or the Lock it is told about. It must be safe for
-// concurrent use. A hook that panics crashes the program, as go-redis'
-// hooks do.
+// concurrent use. A hook that panics on the caller's goroutine (Start,
+// EventAttempt, EventAcquired, EventRefused, EventReleased...) panics the
+// call: a lock granted before it is released first, so that a caller that
+// recovers (as net/http does for each handler) leaves no lock behind, and
+// Release calls waiting for the same round get its outcome. A panic on a
+// background goroutine (a renewal's timer, a subscription) crashes the
+// program, as go-redis' hooks do.
 type Hook interface {
 	// Start is called when Acquire, TryAcquire, Do or Campaign begins,
 	// once its arguments are checked (a call refused for a bad argument has
@@ -291,13 +296,33 @@ func (a *acquisition) start(l *Locker, ctx context.Context, key string, cfg lock
 	}
 }
 
-// attempted reports an attempt's outcome (nil: granted).
-func (a *acquisition) attempted(class error) {
+// attempted reports an attempt's outcome: class, nil when it granted k.
+func (a *acquisition) attempted(k *Lock, class error) {
 	if a.l == nil {
 		return
 	}
 	a.attempts++
+	defer giveBackOnPanic(k)
 	a.l.hook.Event(a.ctx, Event{Kind: EventAttempt, Key: a.key, Limit: a.limit, Attempt: a.attempts, Err: class})
+}
+
+// giveBackOnPanic, deferred around a hook's call between the grant of k and
+// the return of k to the caller, releases k if the hook panics, and panics
+// again with the same value: a caller that recovers (as net/http does for
+// each handler) must not leave behind a lock that is renewed forever with
+// nobody to release it. The hook hears nothing of the release: for it, the
+// acquisition ended in its own panic. Nothing is done when k is nil.
+func giveBackOnPanic(k *Lock) {
+	if k == nil {
+		return
+	}
+	if r := recover(); r != nil {
+		k.mu.Lock()
+		k.acquiredAt = time.Time{} // no EventReleased (see Lock.release)
+		k.mu.Unlock()
+		k.release(context.Background())
+		panic(r)
+	}
 }
 
 // woken reports a wake-up by a release.
@@ -322,6 +347,13 @@ func (a *acquisition) end(k *Lock, err error) {
 	k.mu.Lock()
 	k.hookCtx = a.ctx
 	k.mu.Unlock()
+	a.told(k, e)
+}
+
+// told tells the hook of the acquisition of k (e), and then of a loss held
+// back until then.
+func (a *acquisition) told(k *Lock, e Event) {
+	defer giveBackOnPanic(k)
 	a.l.hook.Event(a.ctx, e)
 	// A loss while the hook was not yet told of the acquisition (the
 	// Locker closed meanwhile) is told now, after it.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,7 +27,9 @@ type Lock struct {
 	fence     uint64
 	autoRenew bool
 	metadata  string
-	election  bool // a leadership (Campaign): Release announces the resignation
+	// election is the leadership's state when Campaign acquired the lock,
+	// nil otherwise (see leadership; election.go owns it).
+	election *leadership
 	limit     int  // WithLimit's n; 0 for a lock
 	// quorum is the number of nodes that must hold the key (see
 	// Locker.quorumFor).
@@ -129,6 +130,9 @@ func (l *Locker) newLock(key string, nm *names, token string, tokenArg any, fenc
 		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
 		lostCh: make(chan struct{}),
+	}
+	if cfg.election {
+		k.election = &leadership{}
 	}
 	if len(nodes) == 1 {
 		k.oneNode[0] = nodes[0]
@@ -715,8 +719,8 @@ func (k *Lock) markLost(cause error) {
 // lostEvent tells the hook that the lock was lost, once it was told that it
 // was acquired (see acquisition.end).
 func (k *Lock) lostEvent(cause error) {
-	e := Event{Kind: EventLost, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause}
 	k.mu.Lock()
+	e := Event{Kind: EventLost, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause}
 	if !k.told {
 		k.pendingLost = &e
 		k.mu.Unlock()
@@ -807,7 +811,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 		r = &releaseRound{}
 	}
 	k.rel = r
-	wasLost := k.lost
+	wasLost, acquiredAt := k.lost, k.acquiredAt
 	first := !k.released
 	if first {
 		k.released = true
@@ -827,31 +831,31 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 		ctx = context.WithoutCancel(ctx)
 	}
 	roundErr := k.releaseRound(ctx, ttl)
-	if first && !wasLost && k.l.hook != nil && !k.acquiredAt.IsZero() {
-		if errors.Is(roundErr, ErrNotHeld) {
-			// Lost before Lost could tell (a pause past the validity, a
-			// force release): for the hook, a loss.
-			k.lostEvent(fmt.Errorf("%w: found by Release: %w", ErrLockLost, roundErr))
-		} else {
-			k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Err: roundErr})
-		}
-	}
 	err := roundErr
 	if wasLost {
 		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
 	}
-	k.mu.Lock()
-	announce := first && k.election && !wasLost
-	k.mu.Unlock()
-	if announce {
-		k.l.announce(k.key, "V "+strconv.FormatUint(k.fence, 10))
-	}
+	// The round is over: calls waiting for it get its outcome, even if a
+	// hook told of it below panics.
 	k.mu.Lock()
 	r.roundErr, r.err, r.finished = roundErr, err, true
 	if r.done != nil {
 		close(r.done)
 	}
 	k.mu.Unlock()
+	if first && !wasLost {
+		// A leader resigned: observers hear of the vacancy now.
+		k.resigned()
+	}
+	if first && !wasLost && k.l.hook != nil && !acquiredAt.IsZero() {
+		if errors.Is(roundErr, ErrNotHeld) {
+			// Lost before Lost could tell (a pause past the validity, a
+			// force release): for the hook, a loss.
+			k.lostEvent(fmt.Errorf("%w: found by Release: %w", ErrLockLost, roundErr))
+		} else {
+			k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(acquiredAt), Err: roundErr})
+		}
+	}
 	return r
 }
 

@@ -223,17 +223,17 @@ func (l *Locker) Close() error {
 			// The holder first, the key after: nobody else may take the
 			// lock while its holder still works under it.
 			k.mu.Lock()
-			leader := k.election && !k.lost && !k.released
+			held := !k.lost && !k.released
 			k.mu.Unlock()
 			k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
 			r := k.release(context.Background())
 			switch {
 			case r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld):
 				errs[i] = r.roundErr
-			case r.roundErr == nil && leader:
+			case r.roundErr == nil && held:
 				// A leadership given back: observers hear of the vacancy
 				// now, not when its TTL would have run out.
-				l.announce(k.key, "V "+strconv.FormatUint(k.fence, 10))
+				k.resigned()
 			}
 		}()
 	}
@@ -451,7 +451,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, cfg lockConfig, a *
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
 	k, res := l.attempt(ctx, key, cfg, nil, nil)
-	a.attempted(res.class())
+	a.attempted(k, res.class())
 	if k != nil {
 		return k, nil
 	}
@@ -506,7 +506,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 	// a Locker waits.
 	if l.neverWaited(key) {
 		k, res := l.attempt(ctx, key, cfg, nil, nil)
-		a.attempted(res.class())
+		a.attempted(k, res.class())
 		if k != nil {
 			return k, nil
 		}
@@ -545,7 +545,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		}
 		ready := l.inboxReady()
 		k, res := l.attempt(ctx, key, cfg, ks, ready)
-		a.attempted(res.class())
+		a.attempted(k, res.class())
 		if k != nil {
 			return k, nil
 		}

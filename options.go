@@ -159,6 +159,7 @@ type lockConfig struct {
 	autoRenew bool
 	metadata  string
 	limit     int // 0: a lock (as 1)
+	election  bool // Campaign's: the lock is a leadership (see leadership)
 	err       error
 }
 
