@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,7 +39,10 @@ type Leader struct {
 // (the leader must stop acting as leader then); Release resigns, and the next
 // candidate takes over at once. Observers (Observe) are told of the new term
 // when Campaign returns. On failure the error is Acquire's: it wraps
-// ErrNotAcquired and ctx's error when ctx ended first.
+// ErrNotAcquired and ctx's error when ctx ended first, and ErrClosed when
+// the Locker was closed, also after the lock was granted but before the
+// leadership was announced (Close gave it back, and observers are told of
+// no leader).
 func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOption) (*Lock, error) {
 	if value == "" {
 		return nil, invalid("a leader's value must not be empty")
@@ -203,19 +207,29 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 // date. On a quorum, a vacancy shorter than the nodes' delivery skew may be
 // folded into the next term. Each Observe holds one pub/sub connection per
 // node.
+//
+// A node that refuses the subscription (an ACL without the channel
+// &PREFIXleader:*) is reported as an EventNodeError whose error matches
+// ErrMisconfigured (WithLogger logs it at Error), and asked again every
+// 15s. While every node refuses it no announcement can come: the observer
+// then reads the leader every second instead, so changes reach it up to a
+// second late, and a leader that comes and goes within a second may be
+// missed.
 func (l *Locker) Observe(ctx context.Context, key string) <-chan Leader {
 	out := make(chan Leader)
 	if l.checkKey(key) != nil || l.isClosed() {
 		close(out)
 		return out
 	}
-	o := &observer{l: l, key: key, out: out, events: make(chan string, 16)}
+	o := &observer{l: l, key: key, out: out, events: make(chan string, 16), stop: make(chan struct{}), poke: make(chan struct{}, 1)}
 	ch := l.electionChannel(key)
 	for _, n := range l.nodes {
-		ps := n.Client.Subscribe(ctx, ch)
-		o.subs = append(o.subs, ps)
+		// No connection yet: the subscription is made by its receiving
+		// goroutine (see receive), so that a frozen node does not hold up
+		// Observe.
+		o.subs = append(o.subs, n.Client.Subscribe(context.Background()))
 	}
-	go o.run(ctx)
+	go o.run(ctx, ch)
 	return out
 }
 
@@ -225,36 +239,85 @@ type observer struct {
 	key    string
 	out    chan Leader
 	subs   []*redis.PubSub
-	events chan string // announcements from every node
+	events chan string   // announcements from every node
+	stop   chan struct{} // closed when the observer ends
+	// refusals counts the nodes that refused the subscription (see
+	// observerNode); poke tells run that it changed.
+	refusals atomic.Int32
+	poke     chan struct{}
 }
 
-func (o *observer) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for _, ps := range o.subs {
+// observerNode is an observer's subscription on one node (a listener).
+type observerNode struct {
+	o       *observer
+	node    int
+	channel string
+	isRefused bool // only the node's receiving goroutine uses it
+}
+
+func (n *observerNode) message(payload string) {
+	select {
+	case n.o.events <- payload:
+	case <-n.o.stop:
+	}
+}
+
+func (n *observerNode) confirmed() {
+	if n.isRefused {
+		n.isRefused = false
+		n.o.refusals.Add(-1)
+		n.o.pokeRun()
+	}
+}
+
+// refused reports the node's refusal once (until it confirms again), as an
+// EventNodeError matching ErrMisconfigured (WithLogger logs it at Error).
+func (n *observerNode) refused(err error) {
+	if n.isRefused {
+		return
+	}
+	n.isRefused = true
+	n.o.l.nodeEvent(n.node, n.o.key, &subscriptionError{channel: n.channel, err: err})
+	n.o.refusals.Add(1)
+	n.o.pokeRun()
+}
+
+func (o *observer) pokeRun() {
+	select {
+	case o.poke <- struct{}{}:
+	default:
+	}
+}
+
+// wait is how long to wait before the next read of the leader, when the
+// election state says d: at most observerRefusedPoll while every node
+// refuses the subscription (no announcement can come).
+func (o *observer) wait(d time.Duration) time.Duration {
+	if int(o.refusals.Load()) == len(o.subs) {
+		return min(d, observerRefusedPoll)
+	}
+	return d
+}
+
+func (o *observer) run(ctx context.Context, channel string) {
+	var wg, subscribed sync.WaitGroup
+	for i, ps := range o.subs {
 		wg.Add(1)
+		subscribed.Add(1)
 		go func() {
 			defer wg.Done()
-			msgs := ps.Channel()
-			for {
-				select {
-				case m, ok := <-msgs:
-					if !ok {
-						return
-					}
-					select {
-					case o.events <- m.Payload:
-					case <-stop:
-						return
-					}
-				case <-stop:
-					return
-				}
-			}
+			sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+			_ = ps.Subscribe(sctx, channel) // go-redis records it even if this write fails
+			cancel()
+			subscribed.Done()
+			receive(ps, channel, o.stop, &observerNode{o: o, node: i, channel: channel})
 		}()
 	}
+	// Subscribed before the first read, so that no change after it goes
+	// unheard.
+	subscribed.Wait()
 	defer func() {
-		close(stop)
+		close(o.stop)
 		for _, ps := range o.subs {
 			_ = ps.Close()
 		}
@@ -290,7 +353,7 @@ func (o *observer) run(ctx context.Context) {
 		}
 		queue = append(queue, st.cur)
 	}
-	check := time.NewTimer(st.next)
+	check := time.NewTimer(o.wait(st.next))
 	defer check.Stop()
 	errWait := 0
 	for {
@@ -328,7 +391,9 @@ func (o *observer) run(ctx context.Context) {
 				errWait++
 			}
 			push(before)
-			check.Reset(st.next)
+			check.Reset(o.wait(st.next))
+		case <-o.poke:
+			check.Reset(o.wait(st.next))
 		case <-ctx.Done():
 			return
 		case <-o.l.done:
@@ -362,6 +427,10 @@ type electionState struct {
 // waits for the announcements in flight before it takes that term, so that
 // the terms in between are not skipped.
 const announceGrace = 200 * time.Millisecond
+
+// observerRefusedPoll is how often an observer reads the leader while every
+// node refuses its subscription to the election's channel.
+const observerRefusedPoll = time.Second
 
 // observerFallback is how often an observer reads an election that has no
 // leader, in case an announcement was missed.

@@ -224,7 +224,9 @@ func WithHook(h Hook) Option {
 // WithLogger logs what an operator should know through log: at Warn, a lost
 // lock, a renewal that failed, a node that failed a command or stopped
 // answering; at Error, a subscription to the waiters' channel that a node
-// refused (an ACL without the channel: waiting cannot work); at Info, a
+// refused (an ACL without the channel: waiting cannot work), and a
+// subscription to an election's channel refused (Observe reads the leader
+// instead); at Info, a
 // node that answers again; at Debug, acquisitions, refusals and releases.
 // A node's failure that repeats with the same message is logged at most
 // every 10s (and again once the node came back), so that a node that is

@@ -6,9 +6,11 @@ package dlock_test
 // before its fix.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -452,7 +454,6 @@ func TestLivenessHookPanicReleases(t *testing.T) {
 // refuses says so (EventNodeError matching ErrMisconfigured, logged at
 // Error) and still follows the election, by reading it.
 func TestLivenessObserveRefusedChannel(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	admin := s.Client()
 	defer admin.Close()
@@ -467,7 +468,10 @@ func TestLivenessObserveRefusedChannel(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "noleader", Password: "pw"})
 	defer c.Close()
 	rec := newRecorder()
-	l := newLocker(t, c, dlock.WithHook(rec))
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logs := &lockedWriter{w: &buf, mu: &mu}
+	l := newLocker(t, c, dlock.WithHook(rec), dlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	octx, cancel := context.WithCancel(ctx(t))
 	defer cancel()
 	ch := l.Observe(octx, "refused")
@@ -482,6 +486,12 @@ func TestLivenessObserveRefusedChannel(t *testing.T) {
 		}
 		return false
 	})
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "election's channel") {
+		t.Errorf("the refusal was not logged at Error: %q", out)
+	}
 	cand := newLocker(t, admin)
 	k, err := cand.Campaign(ctx(t), "refused", "leader", dlock.WithTTL(time.Minute))
 	if err != nil {

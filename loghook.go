@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -53,8 +54,12 @@ func (h *logHook) Event(ctx context.Context, e Event) {
 			return
 		}
 		level, msg := slog.LevelWarn, "dlock: node failed"
-		if e.Key == "" {
+		var refused *subscriptionError
+		switch {
+		case e.Key == "":
 			level, msg = slog.LevelError, "dlock: node refused the subscription to the waiters' channel: waiting for a lock cannot work (check the ACL)"
+		case errors.As(e.Err, &refused):
+			level, msg = slog.LevelError, "dlock: node refused the subscription to the election's channel: observers hear of changes only by reading the leader, every second while no node allows it (check the ACL)"
 		}
 		h.log.LogAttrs(ctx, level, msg, slog.String("node", e.Node), key, slog.Any("error", e.Err))
 	case EventNodeSuspect:

@@ -2,13 +2,11 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 )
 
 // keyState is a Locker's waiting machinery for one key: the local queue of
@@ -342,9 +340,13 @@ func (ks *keyState) stopStandIn() {
 	}
 }
 
-// deliver routes a message from the Locker's inbox: "w MEMBER" wakes the
-// waiter, "s MEMBER" makes it stand in for the waiter just woken.
-func (l *Locker) deliver(payload string) {
+// deliver routes a message from the Locker's inbox on node i: "w MEMBER"
+// wakes the waiter, "s MEMBER" makes it stand in for the waiter just woken.
+// A wake-up for a member that no longer waits (it gave up, or took the lock,
+// and its registration outlived it: an attempt that registered it ran late)
+// is handed on at once to the next waiter, instead of leaving the lock
+// reserved for nobody until the stand-in's delay.
+func (l *Locker) deliver(i int, payload string) {
 	kind, member, ok := strings.Cut(payload, " ")
 	if !ok {
 		return
@@ -354,25 +356,25 @@ func (l *Locker) deliver(payload string) {
 		return
 	}
 	_, key, ok := strings.Cut(rest, ":")
-	if !ok {
+	if !ok || key == "" {
 		return
 	}
 	l.mu.Lock()
 	ks := l.keys[key]
 	l.mu.Unlock()
-	if ks == nil {
-		return
+	current := false
+	if ks != nil {
+		ks.mu.Lock()
+		current = ks.member == member
+		ks.mu.Unlock()
 	}
-	ks.mu.Lock()
-	current := ks.member == member
-	ks.mu.Unlock()
-	if !current {
-		return
-	}
-	switch kind {
-	case "w":
+	switch {
+	case !current && kind == "w":
+		l.leave(i, l.names(key), member, 1)
+	case !current:
+	case kind == "w":
 		ks.woken()
-	case "s":
+	case kind == "s":
 		ks.standInFor()
 	}
 }
@@ -385,229 +387,4 @@ func (l *Locker) wakeAll() {
 	for _, ks := range l.keys {
 		ks.signal()
 	}
-}
-
-// inboxReady reports, per node, whether the Locker's inbox subscription is
-// confirmed there.
-func (l *Locker) inboxReady() []bool {
-	ready := make([]bool, len(l.subs))
-	for i, s := range l.subs {
-		ready[i] = s.isReadyNow()
-	}
-	return ready
-}
-
-// subscribe subscribes the Locker's inbox on every node where it has not
-// been requested yet, and waits up to timeout for those confirmations (not
-// again for a node that was asked before and has not confirmed: it is down,
-// and its subscription comes back on its own). It reports whether any node
-// newly confirmed, i.e. whether an immediate new attempt can register where
-// the last one could not.
-func (l *Locker) subscribe(ctx context.Context, timeout time.Duration) bool {
-	var pending []<-chan struct{}
-	for _, s := range l.subs {
-		if ch := s.start(); ch != nil {
-			pending = append(pending, ch)
-		}
-	}
-	if len(pending) == 0 {
-		return false
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	got := 0
-	for _, ch := range pending {
-		select {
-		case <-ch:
-			got++
-		case <-t.C:
-			return got > 0
-		case <-ctx.Done():
-			return got > 0
-		case <-l.done:
-			return false
-		}
-	}
-	return true
-}
-
-// subscriber is a Locker's one pub/sub connection to one node, subscribed to
-// the Locker's inbox channel from the first time the Locker has to wait
-// until Close.
-type subscriber struct {
-	l    *Locker
-	node int
-
-	mu      sync.Mutex
-	ps      *redis.PubSub
-	ready   chan struct{} // closed on the first confirmation, or a refusal
-	woken   bool          // ready is closed
-	isReady bool          // confirmed: an attempt may register as a waiter
-	// refused is the permanent error with which the node refused the
-	// subscription (NOPERM: the user may not use the channel), until a
-	// later confirmation.
-	refused error
-	closed  bool
-	// subscribing: the loop is in its first SUBSCRIBE, which a frozen node
-	// can hold for the client's read timeout.
-	subscribing bool
-	wg          sync.WaitGroup
-}
-
-// start subscribes if that has not been done, and then returns a channel
-// closed once the subscription is confirmed; it returns nil if the
-// subscription was requested before (or the Locker is closed).
-func (s *subscriber) start() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.ps != nil {
-		return nil
-	}
-	s.ready = make(chan struct{})
-	s.ps = s.l.nodes[s.node].Client.Subscribe(context.Background())
-	s.wg.Add(1)
-	go s.loop(s.ps)
-	return s.ready
-}
-
-func (s *subscriber) isReadyNow() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.isReady
-}
-
-func (s *subscriber) loop(ps *redis.PubSub) {
-	defer s.wg.Done()
-	// go-redis records the channel even if this write fails, and subscribes
-	// again whenever Receive reconnects. Its connection handshake with a
-	// frozen node ignores cancellation (it waits for the client's read
-	// timeout): close does not wait for it, and the goroutine ends once
-	// go-redis gives up.
-	s.setSubscribing(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = ps.Subscribe(ctx, s.l.inbox)
-	cancel()
-	s.setSubscribing(false)
-	if s.isClosed() {
-		return
-	}
-	failures := 0
-	for {
-		msg, err := ps.Receive(context.Background())
-		if err != nil {
-			if s.isClosed() || errors.Is(err, redis.ErrClosed) {
-				return
-			}
-			if permanent(err) {
-				s.refuse(err)
-				continue
-			}
-			// The connection broke; the next Receive reconnects and
-			// subscribes again. Back off while the node stays down.
-			failures++
-			select {
-			case <-time.After(min(time.Duration(failures)*50*time.Millisecond, time.Second)):
-			case <-s.l.done:
-				return
-			}
-			continue
-		}
-		failures = 0
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				s.confirmed()
-			}
-		case *redis.Message:
-			s.l.deliver(m.Payload)
-		}
-	}
-}
-
-// confirmed records a subscription confirmation, and makes every waiter try
-// again: after the first, a waiter that could not register on this node
-// (its wait for the confirmation timed out) now can; after a later one,
-// which follows a reconnection, a release may have gone unheard.
-func (s *subscriber) confirmed() {
-	s.mu.Lock()
-	s.isReady, s.refused = true, nil
-	s.wakeReady()
-	s.mu.Unlock()
-	s.l.wakeAll()
-}
-
-// wakeReady closes ready once; s.mu is held.
-func (s *subscriber) wakeReady() {
-	if !s.woken {
-		s.woken = true
-		close(s.ready)
-	}
-}
-
-// refuse records that the node refused the subscription for good, and lets
-// the waiters know (they report it: see Locker.inboxRefused).
-func (s *subscriber) refuse(err error) {
-	// Only the loop changes refused: it is still nil after this check.
-	s.mu.Lock()
-	first := s.refused == nil
-	s.mu.Unlock()
-	if first {
-		// Before the waiters learn it, so that the log tells it first.
-		// Key "": the subscription, not a lock's command (see
-		// EventNodeError).
-		s.l.nodeEvent(s.node, "", err)
-	}
-	s.mu.Lock()
-	s.isReady, s.refused = false, err
-	s.wakeReady()
-	s.mu.Unlock()
-	s.l.wakeAll()
-}
-
-// inboxRefused returns an error when so many nodes refused the inbox
-// subscription that no quorum of them can wake a waiter.
-func (l *Locker) inboxRefused() error {
-	var errs []error
-	for i, s := range l.subs {
-		s.mu.Lock()
-		if s.refused != nil {
-			errs = append(errs, l.nodeErr(i, s.refused))
-		}
-		s.mu.Unlock()
-	}
-	if len(errs) > len(l.nodes)-l.quorum {
-		return joined(errs)
-	}
-	return nil
-}
-
-func (s *subscriber) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-func (s *subscriber) close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	ps, subscribing := s.ps, s.subscribing
-	s.mu.Unlock()
-	var err error
-	if ps != nil {
-		err = ps.Close()
-	}
-	if !subscribing {
-		s.wg.Wait()
-	}
-	return err
-}
-
-func (s *subscriber) setSubscribing(on bool) {
-	s.mu.Lock()
-	s.subscribing = on
-	s.mu.Unlock()
 }
