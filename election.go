@@ -249,9 +249,9 @@ type observer struct {
 
 // observerNode is an observer's subscription on one node (a listener).
 type observerNode struct {
-	o       *observer
-	node    int
-	channel string
+	o         *observer
+	node      int
+	channel   string
 	isRefused bool // only the node's receiving goroutine uses it
 }
 

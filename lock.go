@@ -30,7 +30,7 @@ type Lock struct {
 	// election is the leadership's state when Campaign acquired the lock,
 	// nil otherwise (see leadership; election.go owns it).
 	election *leadership
-	limit     int  // WithLimit's n; 0 for a lock
+	limit    int // WithLimit's n; 0 for a lock
 	// quorum is the number of nodes that must hold the key (see
 	// Locker.quorumFor).
 	quorum int

@@ -158,7 +158,7 @@ type lockConfig struct {
 	ttl       time.Duration
 	autoRenew bool
 	metadata  string
-	limit     int // 0: a lock (as 1)
+	limit     int  // 0: a lock (as 1)
 	election  bool // Campaign's: the lock is a leadership (see leadership)
 	err       error
 }

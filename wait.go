@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // keyState is a Locker's waiting machinery for one key: the local queue of
