@@ -23,9 +23,9 @@ type Status struct {
 	Held bool
 	// TTL is the shortest remaining TTL among the nodes that hold the key.
 	TTL time.Duration
-	// Fence is the largest fence counter among the nodes: at least the
-	// fence of the latest acquisition, if it was confirmed (on a quorum, a
-	// node outside the holder's quorum may count higher).
+	// Fence is the largest fence among the nodes (see NodeStatus.Fence):
+	// at least the fence of the latest acquisition, if it was confirmed (on
+	// a quorum, a node outside the holder's quorum may count higher).
 	Fence uint64
 	// Waiters is the largest number of waiting processes registered on a node.
 	Waiters int64
@@ -47,6 +47,9 @@ type Permit struct {
 	Metadata string
 	// TTL is how long the permit has left unless it is renewed.
 	TTL time.Duration
+	// Fence is the permit's fence, for a holder with metadata (stored
+	// with it); 0 otherwise.
+	Fence uint64
 }
 
 // NodeStatus is one node's view of a lock.
@@ -59,7 +62,11 @@ type NodeStatus struct {
 	Reserved bool
 	// TTL is the key's remaining TTL (0 when not held, -1 when it has none).
 	TTL time.Duration
-	// Fence is the node's fence counter.
+	// Fence is the node's fence counter, or the fence of a holder with
+	// metadata (stored with it: a leader's term) where that is larger. The
+	// counter lives as long as the key has a holder; one lost meanwhile (an
+	// eviction) is restored by the holder's next renewal (within TTL/3),
+	// and until then only a holder with metadata is reported.
 	Fence uint64
 	// Waiters is the number of waiting processes registered on the node.
 	Waiters int64
@@ -73,6 +80,10 @@ type NodeStatus struct {
 	Err error
 
 	token string // the key's value (for Leader)
+	// holderFence is the fence of the lock's holder, as it was granted
+	// (the holder's entry in prefix{K}:meta; 0 if there is none), for
+	// Leader.
+	holderFence uint64
 }
 
 // Status reports the state of the lock named key on every node, waiting at
@@ -122,7 +133,9 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 					if left <= 0 || strings.HasPrefix(m, "~") {
 						continue // expired, or reserved for a woken waiter
 					}
-					ns.Permits = append(ns.Permits, Permit{Metadata: meta.Val()[m], TTL: left})
+					f, _ := strconv.ParseUint(meta.Val()["f:"+m], 10, 64)
+					ns.Permits = append(ns.Permits, Permit{Metadata: meta.Val()[m], TTL: left, Fence: f})
+					ns.holderFence = max(ns.holderFence, f)
 					if ns.TTL == 0 || left < ns.TTL {
 						ns.TTL = left
 					}
@@ -139,10 +152,12 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 					ns.TTL = -1
 				}
 				ns.Metadata = meta.Val()[v]
+				ns.holderFence, _ = strconv.ParseUint(meta.Val()["f:"+v], 10, 64)
 			}
 			if f, err := fence.Uint64(); err == nil {
 				ns.Fence = f
 			}
+			ns.Fence = max(ns.Fence, ns.holderFence)
 			ns.Waiters = waiters.Val()
 			return ns, nil
 		},
@@ -216,7 +231,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
@@ -230,7 +245,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 					}
 					var held int64
 					for _, m := range ms {
-						n, err := l.runRelease(ctx, c, nm, m, "", true, true)
+						n, err := l.runRelease(ctx, i, c, nm, m, "", true, true, false)
 						if err != nil {
 							return held, err
 						}
@@ -244,7 +259,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 				if err != nil {
 					return 0, err
 				}
-				n, err := l.runRelease(ctx, c, nm, v, "", true, true)
+				n, err := l.runRelease(ctx, i, c, nm, v, "", true, true, false)
 				if err != nil || n == 1 {
 					return n, err
 				}

@@ -21,18 +21,20 @@ import (
 // waiters that gave up (and hands on a reservation made for them), which an
 // unanswered attempt may likewise write late.
 //
-// A command whose answer was missed may run at any time until the node has
-// read it, so one release is not enough: it could run before that command.
-// The cleaner therefore runs the compare-and-delete release until the node
-// has answered it twice, the second sent after the first was answered. The
-// node had then read everything sent to it before the first was sent (Redis
-// reads every ready connection in each pass of its event loop, and the
-// second release arrives in a later pass than the first), so the missed
-// command has run and the second release removes what it set. A command
-// whose answer arrived needs one answered release after it. While the node
-// does not answer, the cleaner tries again with a capped backoff (50ms to
-// 1s), for as long as the Locker is open: a frozen node may resume at any
-// time and run what it holds. The caller never waits for it.
+// A command whose answer was missed may reach the node at any time: a frozen
+// node runs it when it resumes, and bytes held up in the network on its own
+// connection (a TCP retransmission, a stalled middlebox) arrive after
+// commands sent later on other connections, even after go-redis closed that
+// connection. So a release cannot be ordered after it. Instead, the release
+// that cleans up after such a command also buries the dead token: it writes
+// a tombstone (prefix{K}:dead, for buryFor) that makes the acquisition and
+// regain scripts refuse that token and write nothing. If the missed command
+// ran before the release, the release deletes what it set; if it runs
+// after, it is refused. One answered release is then enough, as it is after
+// a command whose answer arrived. While the node does not answer, the
+// cleaner tries again with a capped backoff (50ms to 1s), for as long as the
+// Locker is open: a frozen node may resume at any time and run what it
+// holds. The caller never waits for it.
 //
 // The release only deletes a key that still holds the dead token, so a
 // cleaner never touches another owner's lock, and it wakes the next waiter
@@ -44,6 +46,11 @@ type cleaner struct {
 	mu      sync.Mutex
 	jobs    map[string]*cleanup // by token
 	running bool
+	// While Close waits for the cleaner (see settle): settled is closed
+	// once it need not wait any more, and unanswered records that a
+	// release went unanswered since Close began.
+	settled    chan struct{}
+	unanswered bool
 	// kick cuts a backoff short: an answer from the node came in, so it is
 	// answering again.
 	kick chan struct{}
@@ -60,8 +67,11 @@ type cleanup struct {
 	leaving string
 	ttl     time.Duration // the lock's TTL; 0 for a waiter
 	passes  int           // answered releases still needed
-	at      time.Time     // not before: a lost lock's holder keeps its time
-	added   uint64        // order of arrival, to drop the oldest when full
+	// bury: a command of the dead token may still run; the release leaves
+	// a tombstone that refuses it (see release.lua).
+	bury  bool
+	at    time.Time // not before: a lost lock's holder keeps its time
+	added uint64    // order of arrival, to drop the oldest when full
 	// wake: a key this release deletes may be timing the wait of sleeping
 	// waiters (it was left behind, or set late): wake the next one. Not
 	// for the grants of a split vote on a quorum, cleaned up at once: the
@@ -70,18 +80,22 @@ type cleanup struct {
 	wake bool
 }
 
-// clean has the key of token cleaned up on node i, with passes answered
-// releases (1 where the key may hold the token now, 2 where a command may
-// still run), not before at, waking a waiter if wake is set or the Locker
-// has one node. It does not block.
-func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, passes int, at time.Time, wake bool) {
-	l.addCleanup(i, &cleanup{nm: nm, expected: token, ttl: ttl, passes: passes, at: at, wake: wake || len(l.nodes) == 1})
+// clean has the key of token cleaned up on node i, burying the token if
+// bury is set (a command of it may still run), not before at, waking a
+// waiter if wake is set or the Locker has one node. It does not block.
+func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, bury bool, at time.Time, wake bool) {
+	l.addCleanup(i, &cleanup{nm: nm, expected: token, ttl: ttl, passes: 1, bury: bury, at: at, wake: wake || len(l.nodes) == 1})
 }
 
 // leave has the waiter member removed from node i's waiting set, and a
 // reservation made for it handed on to the next waiter, with passes
 // answered releases (1 where the registration is known, 2 where an attempt
-// that may write it went unanswered).
+// that may write it went unanswered: the second, sent after the first was
+// answered, removes what a frozen node wrote when it resumed). A
+// registration written later still (an attempt held up in the network)
+// does not stall the queue: a release passes over a waiter whose wake-up
+// nobody hears, its Locker hands on one it hears for a waiter that left
+// (see Locker.deliver), and the registration's lease runs out.
 func (l *Locker) leave(i int, nm *names, member string, passes int) {
 	l.addCleanup(i, &cleanup{nm: nm, expected: "~" + member, leaving: member, passes: passes, at: time.Now(), wake: true})
 }
@@ -89,10 +103,11 @@ func (l *Locker) leave(i int, nm *names, member string, passes int) {
 func (l *Locker) addCleanup(i int, job *cleanup) {
 	c := l.cleaners[i]
 	c.mu.Lock()
-	passes, at, wake := job.passes, job.at, job.wake
+	passes, at, wake, bury := job.passes, job.at, job.wake, job.bury
 	if j := c.jobs[job.expected]; j != nil {
 		j.passes = max(j.passes, passes)
 		j.wake = j.wake || wake
+		j.bury = j.bury || bury
 		if at.Before(j.at) {
 			j.at = at
 		}
@@ -134,17 +149,27 @@ func (c *cleaner) next() (j *cleanup, wait time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.jobs) == 0 {
-		c.running = false
+		c.setStopped()
 		return nil, 0, false
 	}
 	now := time.Now()
 	wait = time.Hour
+	closing := c.l.isClosed()
 	for _, cj := range c.jobs {
-		if d := cj.at.Sub(now); d > 0 {
+		switch d := cj.at.Sub(now); {
+		case d > 0 && closing:
+			// Not due before Close ends: the key it is for expires after
+			// its TTL (see Locker.Close).
+			delete(c.jobs, cj.expected)
+		case d > 0:
 			wait = min(wait, d)
-		} else if j == nil || cj.added < j.added {
+		case j == nil || cj.added < j.added:
 			j = cj
 		}
+	}
+	if j == nil && len(c.jobs) == 0 {
+		c.setStopped()
+		return nil, 0, false
 	}
 	return j, wait, true
 }
@@ -164,9 +189,9 @@ func (c *cleaner) run() {
 			continue
 		}
 		c.mu.Lock()
-		wake := j.wake // merges change it under c.mu
+		wake, bury := j.wake, j.bury // merges change them under c.mu
 		c.mu.Unlock()
-		answered, drop := c.releaseOnce(j, wake)
+		answered, drop := c.releaseOnce(j, wake, bury)
 		c.mu.Lock()
 		if answered {
 			backoff = 0
@@ -175,6 +200,10 @@ func (c *cleaner) run() {
 		if (j.passes <= 0 || drop) && c.jobs[j.expected] == j {
 			delete(c.jobs, j.expected)
 		}
+		if !answered && l.isClosed() {
+			c.unanswered = true
+		}
+		c.notifySettled()
 		c.mu.Unlock()
 		if !answered && !drop {
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
@@ -207,8 +236,54 @@ func (c *cleaner) sleep(d time.Duration) bool {
 
 func (c *cleaner) stop() {
 	c.mu.Lock()
-	c.running = false
+	c.setStopped()
 	c.mu.Unlock()
+}
+
+// setStopped records that the cleaner stopped running; c.mu is held.
+func (c *cleaner) setStopped() {
+	c.running = false
+	c.notifySettled()
+}
+
+// settle waits, for Close, until the cleaner has removed the registrations
+// of the Locker's waiters that left (see Locker.leave), or stopped, or a
+// release went unanswered since Close began (the node is not answering:
+// waiting longer would not help).
+func (c *cleaner) settle() {
+	c.mu.Lock()
+	if c.isSettled() {
+		c.mu.Unlock()
+		return
+	}
+	if c.settled == nil {
+		c.settled = make(chan struct{})
+	}
+	ch := c.settled
+	c.mu.Unlock()
+	<-ch
+}
+
+// isSettled reports whether Close need not wait for the cleaner; c.mu is
+// held.
+func (c *cleaner) isSettled() bool {
+	if !c.running || c.unanswered {
+		return true
+	}
+	for _, j := range c.jobs {
+		if j.leaving != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// notifySettled wakes settle when it need not wait any more; c.mu is held.
+func (c *cleaner) notifySettled() {
+	if c.settled != nil && c.isSettled() {
+		close(c.settled)
+		c.settled = nil
+	}
 }
 
 // releaseOnce runs one release of the job on the node. It reports whether
@@ -216,7 +291,7 @@ func (c *cleaner) stop() {
 // server read the command but deleted nothing), and whether the job must be
 // dropped: the client was closed, or the node refused the command for good
 // (a permission), so that no later try can do better.
-func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
+func (c *cleaner) releaseOnce(j *cleanup, wake, bury bool) (answered, drop bool) {
 	l := c.l
 	timeout := maxNodeTimeout
 	if j.ttl > 0 {
@@ -226,7 +301,7 @@ func (c *cleaner) releaseOnce(j *cleanup, wake bool) (answered, drop bool) {
 	// own: the call can then run inline, through the node's batcher, after
 	// every command sent through it before.)
 	_, err, ok, _ := quorum.Call(l.bg, l.nodes[c.node], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
-		return l.runRelease(ctx, rc, j.nm, j.expected, j.leaving, wake, true)
+		return l.runRelease(ctx, c.node, rc, j.nm, j.expected, j.leaving, wake, true, bury)
 	}, nil)
 	return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err)
 }

@@ -56,13 +56,21 @@
 // answer, cleaned up in the background; a lock that is released or lost
 // does the same for the nodes where one of its commands went unanswered (a
 // lost lock once its key would have expired anyway, so that its holder keeps
-// its time to stop). The clean-up is the owner-checked release, repeated
-// until the node has answered it twice, the second sent after the first was
-// answered: the node has then read everything sent before, so a late
-// command cannot set the key after the clean-up. It tries again, backing off
-// to once a second, while a node does not answer and the Locker is open
-// ([Locker.Close] stops it; what a still-frozen node sets then expires after
-// its TTL). The caller never waits for it.
+// its time to stop). The clean-up is the owner-checked release. A command
+// whose answer was missed cannot be ordered before it: a frozen node runs it
+// when it resumes, and bytes held up on its own connection (a TCP
+// retransmission, a stalled middlebox) reach the server after commands sent
+// later on other connections, even after the client closed that connection.
+// So the clean-up after such a command also buries its token: a tombstone
+// ("dlock:{K}:dead", kept for an hour) that the acquire script, and a
+// renewal's taking back of a free key, refuse without writing anything. If
+// the command ran first, the release deletes what it set; if it comes
+// later, it is refused: a late command cannot set the key after the
+// clean-up (one held up longer than the hour could, for its TTL). The
+// clean-up tries again, backing off to once a second, while a node does not
+// answer and the Locker is open ([Locker.Close] runs what is due, for a
+// bounded time, then stops it; what a still-frozen node sets then expires
+// after its TTL). The caller never waits for it.
 //
 // # Renewal and the lost-lock signal
 //
@@ -97,9 +105,14 @@
 // (its first use, or after it was lost). The floor keeps fences increasing
 // across a failover to a replica that missed the last increments, since a
 // failover takes more than a second (Redis Cluster's node timeout,
-// Sentinel's down-after time). The counter expires 24h after the last
-// acquisition ([WithFenceRetention]), so a service that locks one name per
-// entity leaves nothing behind. An increment takes a script run of more than
+// Sentinel's down-after time). The counter lives as long as the key has a
+// holder (acquisitions, renewals and Extend keep it at least that long, and
+// restore it if it was lost meanwhile, an eviction say, so that the next
+// fence is still larger) and then 24h more ([WithFenceRetention]), so a
+// service that locks one name per entity leaves nothing behind. A holder
+// with metadata (a leader) also has its fence stored with its metadata, so
+// that [Locker.Status] and [Locker.Leader] report the fence it holds even if
+// the counter was lost. An increment takes a script run of more than
 // a microsecond, so the counter never runs ahead of the server's clock, and
 // a counter started again from the clock — after its retention, an eviction,
 // or a restart without data — is larger than every fence issued before, as
@@ -188,7 +201,15 @@
 // [Locker.Close] gives back every lock the Locker holds, so that a graceful
 // shutdown does not keep the fleet waiting for a TTL: each holder is told
 // first ([Lock.Lost] closes, [Locker.Do]'s function is cancelled), then the
-// key is released. Waiting calls return [ErrClosed].
+// key is released. Waiting calls return [ErrClosed], and their registrations
+// in the waiting queues are removed before Close returns (it waits for that
+// up to two node timeouts, less when a node does not answer). A
+// registration that outlives its Locker anyway (a node that did not answer
+// then, a process that was killed) does not stall the queue: a release
+// passes over a waiter that nobody listens for (its Locker's subscription
+// is gone) and wakes the next one, on one Redis and on each node of a
+// Redlock (not on a Cluster, where the inbox subscription may sit on
+// another node than the key: there the stand-in takes over, as below).
 //
 // # Order
 //
@@ -269,8 +290,11 @@
 //     subscription; Redis drops a bus link that stalls for half the node
 //     timeout, and the messages on it. A waiter whose wake-up was lost
 //     wakes on the holder's TTL or on its fallback timer (seconds).
-//   - A waiter woken by a release that dies before taking the lock leaves it
-//     reserved for a moment (100ms on one Redis); the waiter after it stands
-//     in for it after that. If both die, the others wake on their fallback
-//     timer (seconds).
+//   - A waiter woken by a release that freezes before taking the lock (its
+//     process is stopped, but its connections stay open) leaves it reserved
+//     for a moment (100ms on one Redis); the waiter after it stands in for
+//     it after that. If both freeze, the others wake on their fallback timer
+//     (seconds). A waiter whose process died or closed its Locker is passed
+//     over at once (see Closing), but on a Cluster, where it is handled as a
+//     frozen one.
 package dlock

@@ -116,15 +116,18 @@ func (k *Lock) resigned() {
 func (l *Locker) electionChannel(key string) string { return l.cfg.prefix + "leader:" + key }
 
 // announce publishes msg on the election's channel on every node, waiting at
-// most the node timeout. It is a hint for observers, who read the leader
-// again when one is missed: a failure is not an error.
+// most the node timeout, and not for a node that recently did not answer in
+// time (a frozen minority must not delay every Campaign by a node timeout).
+// It is a hint for observers, who read the leader again when one is missed:
+// a failure is not an error.
 func (l *Locker) announce(key, msg string) {
 	ch := l.electionChannel(key)
+	n := len(l.nodes)
 	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			return c.Publish(ctx, ch, msg).Result()
 		},
-		func([]quorum.Result[int64], int) bool { return false }, nil)
+		func(rs []quorum.Result[int64], suspects int) bool { return len(rs)+suspects >= n }, nil)
 }
 
 // Leader returns the current leader of the election named key: the holder
@@ -133,9 +136,10 @@ func (l *Locker) announce(key, msg string) {
 // free, or reserved for a candidate that is taking over), ErrUnavailable when
 // too few nodes answered, ErrInvalid for an invalid key. A leader is a
 // snapshot: it may have resigned or lost the lock by the time Leader returns.
-// On a quorum the term is the largest fence counter among the nodes that hold
-// the leader's lock, the leader's fence unless a node counted further while
-// it was away.
+// The term is the fence the leader holds (stored with it on each node; on a
+// quorum, the one most of its nodes hold: a node that ran the leader's
+// acquisition late holds the fence it counted itself until the leader's
+// next renewal), also when a fence counter was lost (an eviction).
 func (l *Locker) Leader(ctx context.Context, key string) (Leader, error) {
 	ld, _, _, err := l.leader(ctx, key)
 	return ld, err
@@ -169,9 +173,14 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 		}
 		var ld Leader
 		var ttl time.Duration
+		terms := make(map[uint64]int, n)
 		for _, ns := range st.Nodes {
 			if ns.Err == nil && ns.token == token {
-				ld.Term = max(ld.Term, ns.Fence)
+				t := ns.holderFence
+				if t == 0 {
+					t = ns.Fence // no entry (lost): the counter
+				}
+				terms[t]++
 				if ld.Value == "" {
 					ld.Value = ns.Metadata
 				}
@@ -180,6 +189,7 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 				}
 			}
 		}
+		ld.Term = mostCommon(terms)
 		return ld, token, ttl, nil
 	}
 	if most+len(l.nodes)-answered >= l.quorum {
@@ -187,6 +197,20 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 		return Leader{}, "", 0, fmt.Errorf("%w: leader of %q: %d of %d nodes answered, %d needed to tell", ErrUnavailable, key, answered, len(l.nodes), l.quorum)
 	}
 	return Leader{}, "", 0, fmt.Errorf("%w: %q", ErrNoLeader, key)
+}
+
+// mostCommon returns the term most nodes hold, the smallest of those that
+// tie: the leader's nodes hold the fence Campaign returned, but for a node
+// that ran the leader's acquisition late, which holds the fence it counted
+// itself until the leader's next renewal sets it right.
+func mostCommon(terms map[uint64]int) uint64 {
+	var best uint64
+	for t, n := range terms {
+		if n > terms[best] || (n == terms[best] && t < best) {
+			best = t
+		}
+	}
+	return best
 }
 
 // Observe watches the election named key. It sends the current leader at
@@ -373,6 +397,10 @@ func (o *observer) run(ctx context.Context, channel string) {
 					check.Reset(0) // a vacancy: make sure, and look for the next leader
 				}
 			}
+			if st.doubt {
+				st.doubt = false
+				check.Reset(0)
+			}
 		case <-check.C:
 			if len(o.events) > 0 {
 				// Announcements first: a read must not jump over them.
@@ -421,6 +449,10 @@ type electionState struct {
 	// yet: it is taken after announceGrace, if its announcement (or those
 	// of terms before it) did not come meanwhile.
 	unannounced uint64
+	// doubt: an announcement of another leader came with a term not above
+	// the largest known (stale, or the term known was read too high): read
+	// the leader again now.
+	doubt bool
 }
 
 // announceGrace is how long an observer that read a term it was not told of
@@ -453,13 +485,20 @@ func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
 			s.unannounced = 0
 			return true
 		}
-		if ld.Term > s.seen {
-			if s.seen != 0 && s.unannounced != ld.Term {
-				// Its announcement may be on its way, with those of
-				// terms before it: look again shortly.
-				s.unannounced, s.next = ld.Term, announceGrace
-				return true
-			}
+		switch {
+		case ld.Term > s.seen && s.seen != 0 && s.unannounced != ld.Term:
+			// Its announcement may be on its way, with those of terms
+			// before it: look again shortly.
+			s.unannounced, s.next = ld.Term, announceGrace
+			return true
+		case ld.Term > s.seen:
+			s.cur, s.seen, s.vacated, s.resigned, s.token = ld, ld.Term, false, false, token
+		default:
+			// Another leader, with a term below the largest known: that
+			// one was read above the term its leader held (a fence
+			// counter that ran ahead: see Leader). A read tells the
+			// present, and a former leader cannot hold the lock again:
+			// this is the leader now.
 			s.cur, s.seen, s.vacated, s.resigned, s.token = ld, ld.Term, false, false, token
 		}
 		s.unannounced = 0
@@ -485,14 +524,16 @@ func (s *electionState) apply(p string) bool {
 	if err != nil {
 		return false
 	}
+	token, value, _ := strings.Cut(rest, " ")
 	switch {
+	case kind == "L" && value == "":
+		return false
 	case kind == "L" && term > s.seen:
-		token, value, _ := strings.Cut(rest, " ")
-		if value == "" {
-			return false
-		}
 		s.cur, s.seen, s.vacated, s.resigned, s.token = Leader{Value: value, Term: term}, term, false, false, token
 		return true
+	case kind == "L" && token != s.token:
+		s.doubt = true
+		return false
 	case kind == "V" && term == s.seen && !s.resigned:
 		changed := !s.vacated
 		s.cur, s.vacated, s.resigned = Leader{}, true, true

@@ -96,7 +96,7 @@ func FuzzNames(f *testing.F) {
 		n := l.makeNames(key)
 		slot := hashSlot(n.lock)
 		keys := []string{n.fence, n.waiters, n.leases, n.meta}
-		for _, k := range append(append(append(n.acquireKeys[:], n.releaseKeys[:]...), n.extendKeys[:]...), n.fenceKeys[:]...) {
+		for _, k := range append(append(append(n.acquireKeys[:], n.releaseKeys[:]...), n.extendKeys[:]...), n.raiseKeys[:]...) {
 			keys = append(keys, k.(string))
 		}
 		for _, k := range keys {

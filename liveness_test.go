@@ -27,7 +27,6 @@ import (
 // counter (renewals refresh it), and Status, Leader and a new Observe report
 // the leader's real term, also after the counter was deleted (an eviction).
 func TestLivenessFenceOutlivesRetention(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
@@ -84,7 +83,6 @@ func TestLivenessFenceOutlivesRetention(t *testing.T) {
 
 // Item 1 for a semaphore and a plain lock: renewals keep the counter.
 func TestLivenessFenceKeptByRenewals(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	for _, limit := range []int{1, 3} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			s := dlocktest.Start(t)
@@ -111,7 +109,6 @@ func TestLivenessFenceKeptByRenewals(t *testing.T) {
 // from its own, higher counter; reads must report the term the leader holds,
 // and an observer that started then must follow the next leader.
 func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	servers := dlocktest.StartN(t, 3)
 	clients := dlocktest.Clients(t, servers...)
 	a, err := dlock.NewRedlock(clients)
@@ -126,7 +123,7 @@ func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	thaw := freeze(t, servers[2])
-	ka, err := a.Campaign(ctx(t), "infl", "A", dlock.WithTTL(5*time.Second))
+	ka, err := a.Campaign(ctx(t), "infl", "A", dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +145,8 @@ func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
 	}
 	// Node 3 away again: B's term comes from nodes 1 and 2, below node 3's
 	// counter.
-	freeze(t, servers[2])
+	thaw = freeze(t, servers[2])
+	defer thaw() // before the Lockers close
 	if err := ka.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +155,7 @@ func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	kb, err := b.Campaign(ctx(t), "infl", "B", dlock.WithTTL(5*time.Second))
+	kb, err := b.Campaign(ctx(t), "infl", "B", dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +163,7 @@ func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
 	if kb.Fence() <= ka.Fence() {
 		t.Fatalf("B's term %d not above A's %d", kb.Fence(), ka.Fence())
 	}
-	deadline := time.After(10 * time.Second) // B's lock lives 5s: a read would find it by then
+	deadline := time.After(10 * time.Second) // B's lock lives 2s: a read would find it by then
 	for {
 		select {
 		case ld := <-ch:
@@ -241,7 +239,6 @@ func TestLivenessCloseDuringCampaign(t *testing.T) {
 // Item 4: Close while Acquire calls wait removes their registrations from
 // the waiting set before it returns.
 func TestLivenessCloseRemovesWaiters(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
@@ -289,7 +286,6 @@ func TestLivenessCloseRemovesWaiters(t *testing.T) {
 
 // Item 5: two gracefully closed waiters ahead of a live one do not stall it.
 func TestLivenessClosedWaitersAhead(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
@@ -317,7 +313,6 @@ func TestLivenessClosedWaitersAhead(t *testing.T) {
 // queue (killed: nothing listens on their inbox) are passed over by a
 // release, which wakes the next live waiter.
 func TestLivenessDeadRegistrationsPassedOver(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
@@ -342,7 +337,6 @@ func TestLivenessDeadRegistrationsPassedOver(t *testing.T) {
 // one link, while new connections get through) that runs after the
 // clean-up must not leave the key held by its dead token.
 func TestLivenessLateAcquireOnDelayedConnection(t *testing.T) {
-	t.Skip("WIP: fixed in a later commit")
 	s := dlocktest.Start(t)
 	admin := s.Client()
 	defer admin.Close()

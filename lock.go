@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -367,14 +368,14 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	ttlArg := l.ttlArg(ttl)
+	ttlArg, fenceArg := l.ttlArg(ttl), strconv.FormatUint(k.fence, 10)
 	need := k.quorum
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit)))
+			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit), fenceArg, l.retentionArg))
 			return intReply("extend", v, err)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
@@ -408,18 +409,12 @@ const (
 	effUnknown
 )
 
-// passes is how many answered releases clean up after a command with this
-// effect once its token is dead (see cleaner): one after a command that set
-// the key, two after one that may still run, none after one that did not.
-func (e effect) passes() int {
-	switch e {
-	case effSet:
-		return 1
-	case effUnknown:
-		return 2
-	}
-	return 0
-}
+// cleans reports whether the key must be cleaned up after a command with
+// this effect once its token is dead (see cleaner): after a command that set
+// the key, or may have; and whether the command may still run, so that the
+// clean-up must also bury the token (a tombstone that refuses it: see
+// release.lua).
+func (e effect) cleans() (clean, bury bool) { return e != effNone, e == effUnknown }
 
 // effectOf is what node i's answer (err, and set when it confirmed) shows.
 func (l *Locker) effectOf(i int, err error, set bool) effect {
@@ -487,8 +482,8 @@ func (k *Lock) cleanIfDead(i int, e effect) bool {
 		// run after this command and cover what it set).
 		return false
 	}
-	if p := e.passes(); p > 0 {
-		k.cleanNode(i, p)
+	if clean, bury := e.cleans(); clean {
+		k.cleanNode(i, bury)
 	}
 	return true
 }
@@ -520,17 +515,17 @@ func (k *Lock) lateAnswer(i int, e effect) {
 	}
 }
 
-// cleanNode has node i cleaned up after the lock's death: passes is 1 where
-// the key may hold the token now, 2 where a command of the lock may still
-// run (see cleaner). A lost lock is cleaned once its key would have expired
-// anyway, so that its holder keeps the time between Lost and the expiry to
-// stop its work; a released one at once. k.mu is held.
-func (k *Lock) cleanNode(i, passes int) {
+// cleanNode has node i cleaned up after the lock's death, where the key may
+// hold the token; bury where a command of the lock may still run (see
+// cleaner). A lost lock is cleaned once its key would have expired anyway,
+// so that its holder keeps the time between Lost and the expiry to stop its
+// work; a released one at once. k.mu is held.
+func (k *Lock) cleanNode(i int, bury bool) {
 	at := time.Now()
 	if !k.released {
 		at = k.validUntil.Add(2 * drift(k.ttl))
 	}
-	k.l.clean(i, k.names, k.token, k.ttl, passes, at, true)
+	k.l.clean(i, k.names, k.token, k.ttl, bury, at, true)
 }
 
 // computeValidity is the time until which a quorum of nodes is known to hold
@@ -697,9 +692,9 @@ func (k *Lock) markLost(cause error) {
 	for i, n := range k.nodes {
 		switch {
 		case n.unknown > 0:
-			k.cleanNode(i, 2)
+			k.cleanNode(i, true)
 		case !n.until.IsZero() || n.mayHold:
-			k.cleanNode(i, 1)
+			k.cleanNode(i, false)
 		}
 	}
 	fns := k.onLostFns
@@ -909,8 +904,8 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
 	k.awaitAnswers(timeout)
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			return l.runRelease(ctx, c, k.names, k.tokenArg, "", true, k.metadata != "")
+		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, k.metadata != "", false)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
@@ -927,14 +922,14 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	for i, nl := range k.nodes {
 		switch {
 		case answered[i] && nl.unknown > 0:
-			// One answered release ran; a command that may still run
-			// needs one more (see cleaner).
-			k.cleanNode(i, 1)
+			// The release ran, but a command that may still run must be
+			// refused when it does (see cleaner).
+			k.cleanNode(i, true)
 		case answered[i]:
 		case nl.unknown > 0:
-			k.cleanNode(i, 2)
+			k.cleanNode(i, true)
 		case !nl.until.IsZero() || nl.mayHold:
-			k.cleanNode(i, 1)
+			k.cleanNode(i, false)
 		}
 	}
 	k.mu.Unlock()

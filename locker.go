@@ -64,6 +64,9 @@ type Locker struct {
 	stopped bool          // Close is waiting for the tracked goroutines
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+	// calls counts the Acquire and TryAcquire calls under way (see begin),
+	// so that Close can wait for them to leave the waiting queue.
+	calls sync.WaitGroup
 }
 
 // New returns a Locker on one Redis deployment: a standalone server, a
@@ -192,9 +195,18 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 // context Do passes on is cancelled with a cause wrapping ErrLockLost and
 // ErrClosed), then its key is released as by Release (bounded by the node
 // timeout, on a context of its own). Release on such a lock afterwards
-// returns an error wrapping ErrNotHeld. Close then unsubscribes and stops
-// the background clean-up of keys that unanswered commands may have left
-// (on a node that is still frozen, they expire after their TTL).
+// returns an error wrapping ErrNotHeld. Close then waits for the waiting
+// calls to return (one in an attempt returns when the attempt ends, within
+// the node timeout) and for the background clean-up to remove their
+// registrations from the waiting queues and to release what is due (keys
+// that unanswered commands may have left), up to twice the node timeout
+// (at least 100ms), less once a node leaves a release unanswered; then it
+// unsubscribes and stops the clean-up. What is left then (on a node that did
+// not answer) expires: a key after its TTL, a registration after its lease
+// (3 minutes), and meanwhile releases pass over a registration whose Locker
+// no longer listens (but on a Cluster: see the package documentation,
+// Closing). A Campaign that acquired its leadership but had not announced
+// it yet returns ErrClosed, and observers are told of no leader.
 //
 // Close returns the errors of releases that could not be confirmed and of
 // the unsubscriptions, joined. It does not close the Redis clients. It is
@@ -238,6 +250,19 @@ func (l *Locker) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The waiting calls return ErrClosed at once, and one in an attempt
+	// when the attempt ends (within its node timeout); on the way out they
+	// leave the waiting queue (see putKeyState). The clean-up then runs
+	// what is due (removals of registrations, releases of keys that
+	// unanswered commands may have set), for a bounded time, so that the
+	// fleet is not kept waiting for Lockers that are gone.
+	bound := max(l.nodeTimeout(DefaultTTL), 100*time.Millisecond)
+	waitAtMost(l.calls.Wait, bound)
+	waitAtMost(func() {
+		for _, c := range l.cleaners {
+			c.settle()
+		}
+	}, 2*bound)
 	for _, s := range l.subs {
 		errs = append(errs, s.close())
 	}
@@ -251,6 +276,36 @@ func (l *Locker) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// waitAtMost waits for wait to return, for at most d.
+func waitAtMost(wait func(), d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// begin counts an acquisition call as under way (Close waits for it to
+// leave the waiting queue); it reports false once the Locker is closed,
+// and the call must then return ErrClosed. end is deferred after it.
+func (l *Locker) begin() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.calls.Add(1)
+	return true
+}
+
+func (l *Locker) end() { l.calls.Done() }
 
 // spawn runs fn on a goroutine that Close waits for (once Close has begun
 // waiting, on one it does not wait for). Used for clean-up that must not be
@@ -300,14 +355,14 @@ func (l *Locker) isClosed() bool {
 // so that every script touches one Cluster slot. A names is never modified
 // once made: locks, waiters and the cache share it.
 type names struct {
-	key                                       string // the lock's name, as passed to Acquire
-	lock, fence, waiters, leases, meta, limit string
+	key                                             string // the lock's name, as passed to Acquire
+	lock, fence, waiters, leases, meta, limit, dead string
 	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, boxed
 	// once (see script).
-	acquireKeys [6]any
-	releaseKeys [5]any
-	extendKeys  [3]any
-	fenceKeys   [1]any
+	acquireKeys [7]any
+	releaseKeys [7]any
+	extendKeys  [5]any
+	raiseKeys   [2]any
 }
 
 // tagEscape starts the hash tag of a key that begins with '}' or with
@@ -343,12 +398,13 @@ func (l *Locker) makeNames(key string) *names {
 	// One string holds all the names, which are slices of it: a lock's
 	// names cost one allocation (a concatenation of many strings is one).
 	p := l.cfg.prefix
-	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit"
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead"
 	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
 	w := lock + len(":fence")       // where the waiters' name starts
 	e := w + lock + len(":waiters") // where the leases' name starts
 	m := e + lock + len(":wexp")    // where the metadata's name starts
 	li := m + lock + len(":meta")   // where the limit's name starts
+	d := li + lock + len(":limit")  // where the tombstones' name starts
 	n := &names{
 		key:     key,
 		lock:    all[:lock],
@@ -356,13 +412,14 @@ func (l *Locker) makeNames(key string) *names {
 		waiters: all[w:e],
 		leases:  all[e:m],
 		meta:    all[m:li],
-		limit:   all[li:],
+		limit:   all[li:d],
+		dead:    all[d:],
 	}
-	lk, fk, wk, ek, mk, lik := any(n.lock), any(n.fence), any(n.waiters), any(n.leases), any(n.meta), any(n.limit)
-	n.acquireKeys = [6]any{lk, fk, wk, ek, mk, lik}
-	n.releaseKeys = [5]any{lk, wk, ek, mk, lik}
-	n.extendKeys = [3]any{lk, mk, lik}
-	n.fenceKeys = [1]any{fk}
+	lk, fk, wk, ek, mk, lik, dk := any(n.lock), any(n.fence), any(n.waiters), any(n.leases), any(n.meta), any(n.limit), any(n.dead)
+	n.acquireKeys = [7]any{lk, fk, wk, ek, mk, lik, dk}
+	n.releaseKeys = [7]any{lk, wk, ek, mk, lik, dk, fk}
+	n.extendKeys = [5]any{lk, mk, lik, fk, dk}
+	n.raiseKeys = [2]any{fk, mk}
 	return n
 }
 
@@ -444,9 +501,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
-	if l.isClosed() {
+	if !l.begin() {
 		return nil, closedErr(key)
 	}
+	defer l.end()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
@@ -494,9 +552,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // acquire is Acquire once the options are checked; a follows it for the
 // hook.
 func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
-	if l.isClosed() {
+	if !l.begin() {
 		return nil, closedErr(key)
 	}
+	defer l.end()
 	// The uncontended path: in a Locker that has never had to wait, with
 	// no goroutine of it waiting for the key, a first attempt needs none of
 	// the waiting machinery (it could not register as a waiter anyway: the
@@ -990,7 +1049,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	if res.ok >= q {
 		ok := true
 		if n > 1 {
-			ok = l.raiseFences(ctx, nm, fence, results, timeout, q)
+			ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, q)
 		}
 		// Validity left, beyond the margin before which Lost fires.
 		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
@@ -1021,10 +1080,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		// nodes whose answer was lost or late.
 		now := time.Now()
 		for i, e := range effects {
-			if p := e.passes(); p > 0 && !res.closed && !(!answered[i] && lateComes) {
+			if clean, bury := e.cleans(); clean && !res.closed && !(!answered[i] && lateComes) {
 				// A grant of a split vote wakes nobody: the release that
 				// freed the lock woke a waiter already.
-				l.clean(i, nm, token, cfg.ttl, p, now, e == effUnknown)
+				l.clean(i, nm, token, cfg.ttl, bury, now, e == effUnknown)
 			}
 		}
 	} else if ks != nil {
@@ -1057,15 +1116,15 @@ func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
 	}
 	if a.k != nil {
 		a.k.lateAnswer(r.Node, e)
-	} else if p := e.passes(); p > 0 {
-		a.l.clean(r.Node, a.nm, a.token, a.ttl, p, time.Now(), true)
+	} else if clean, bury := e.cleans(); clean {
+		a.l.clean(r.Node, a.nm, a.token, a.ttl, bury, time.Now(), true)
 	}
 }
 
 // raiseFences makes sure that at least a quorum of nodes holds a fence
 // counter ≥ fence: nodes of the granting quorum that returned less are raised
 // (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
+func (l *Locker) raiseFences(ctx context.Context, nm *names, token string, ttl time.Duration, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
 	confirmed := 0
 	var low []int
 	for _, r := range results {
@@ -1081,7 +1140,7 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, fence uint64, resul
 		return true
 	}
 	need := q - confirmed
-	args := raiseScript.args(nm.fenceKeys[:], strconv.FormatUint(fence, 10), l.retentionArg)
+	args := raiseScript.args(nm.raiseKeys[:], strconv.FormatUint(fence, 10), l.counterLife(ttl), token)
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {
@@ -1116,19 +1175,29 @@ func (l *Locker) subset(idx []int) []*quorum.Node {
 	return ns
 }
 
-// runRelease runs release.lua with c: expected is the owner token or a
-// reservation "~ID"; leaving is a waiter id to remove from the queue, or "";
-// wake says whether to wake the next waiter; meta whether the owner may have
-// stored metadata.
-func (l *Locker) runRelease(ctx context.Context, c redis.UniversalClient, nm *names, expected any, leaving string, wake, meta bool) (int64, error) {
-	var w, m any = "0", "0"
+// runRelease runs release.lua with c, node i's client: expected is the
+// owner token or a reservation "~ID"; leaving is a waiter id to remove from
+// the queue, or ""; wake says whether to wake the next waiter; meta whether
+// the owner may have stored metadata; bury whether
+// to leave a tombstone for expected, a dead token of which a command may
+// still run (see cleaner).
+func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
+	var w, m, listeners, tomb any = "0", "0", "1", "0"
 	if wake {
 		w = "1"
 	}
 	if meta {
 		m = "1"
 	}
-	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m))
+	if bury {
+		tomb = buryForArg
+	}
+	if l.nodes[i].Cluster {
+		// An inbox's subscription may sit on another node of the Cluster:
+		// PUBLISH does not count its receivers there.
+		listeners = "0"
+	}
+	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m, listeners, tomb, l.retentionArg))
 	return intReply("release", v, err)
 }
 
@@ -1142,6 +1211,16 @@ func intReply(script string, v any, err error) (int64, error) {
 		return 0, badReply("unexpected %s reply %v", script, v)
 	}
 	return n, nil
+}
+
+// counterLife is how long a fence counter lives at least after a use by a
+// lock with this TTL, in milliseconds, as the scripts take it: the
+// retention, and at least the TTL.
+func (l *Locker) counterLife(ttl time.Duration) any {
+	if ttl <= l.cfg.fenceRetention {
+		return l.retentionArg
+	}
+	return strconv.FormatInt(ttl.Milliseconds(), 10)
 }
 
 // ttlArg is ttl in milliseconds, as the scripts take it.
@@ -1245,6 +1324,15 @@ func movedIsTransient(c redis.UniversalClient, err error) error {
 
 // inboxPrefix is the prefix of every Locker's inbox channel.
 func (l *Locker) inboxPrefix() string { return l.cfg.prefix + "inbox:" }
+
+// buryFor is how long a tombstone refuses the commands of a dead token (see
+// cleaner): far longer than a command can be held up in the network (TCP
+// gives up retransmitting after about 15 minutes), while it costs a few
+// bytes in Redis for the rare commands whose answer was missed.
+const buryFor = time.Hour
+
+// buryForArg is buryFor in milliseconds, as the scripts take it.
+var buryForArg = strconv.FormatInt(buryFor.Milliseconds(), 10)
 
 // waiterLeaseArg is waiterLease in milliseconds, as the scripts take it.
 var waiterLeaseArg = strconv.FormatInt(waiterLease.Milliseconds(), 10)

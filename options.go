@@ -119,9 +119,11 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithFenceRetention sets how long a lock's fence counter is kept in Redis
-// after its last acquisition (default 24h, in whole milliseconds), so that a
+// after its last use (default 24h, in whole milliseconds), so that a
 // service that locks one name per entity does not leave a key per name
-// behind forever. A counter that is gone (expired, evicted, or lost in a
+// behind forever. While the key has a holder the counter lives at least as
+// long as the holder: acquisitions, renewals and Extend keep it, whatever
+// the retention, and a release leaves it the retention from then. A counter that is gone (expired, evicted, or lost in a
 // restart without data) starts again from the server's time in
 // microseconds, which is above every fence issued before as long as the
 // server's clock has not stepped back meanwhile: see Lock.Fence.

@@ -24,10 +24,10 @@ var (
 	//go:embed scripts/raise.lua
 	raiseSrc string
 
-	acquireScript = newScript(acquireSrc, 6)
-	releaseScript = newScript(releaseSrc, 5)
-	extendScript  = newScript(extendSrc, 3)
-	raiseScript   = newScript(raiseSrc, 1)
+	acquireScript = newScript(acquireSrc, 7)
+	releaseScript = newScript(releaseSrc, 7)
+	extendScript  = newScript(extendSrc, 5)
+	raiseScript   = newScript(raiseSrc, 2)
 )
 
 // A script is a Lua script with a fixed number of keys. Its commands are

@@ -2,14 +2,19 @@
 -- us; with a limit n > 1, take one of the n permits of a semaphore.
 --
 -- KEYS[1] lock key       prefix{K}
--- KEYS[2] fence counter  prefix{K}:fence   (expires ARGV[8] ms after the last acquisition)
+-- KEYS[2] fence counter  prefix{K}:fence   (lives ARGV[3] ms after the last use, and at
+--                                          least as long as a holder: see extend.lua)
 -- KEYS[3] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
 -- KEYS[4] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
--- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, the lock's TTL)
+-- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, and
+--                                          "f:" .. token -> that holder's fence; it
+--                                          lives as long as the holders)
 -- KEYS[6] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
+-- KEYS[7] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
--- ARGV[3] retention      ms the fence counter lives after this acquisition
+-- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
+--                        the TTL of the lock, or of a semaphore's last permit)
 -- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
 -- ARGV[5] limit          "1" for a lock (KEYS[1] a string: the owner token),
 --                        n > 1 for a semaphore (KEYS[1] a sorted set: owner
@@ -37,6 +42,9 @@
 -- once a second, so nodes of a quorum agree on it and their counters stay
 -- equal. The arithmetic is exact: the counter is incremented as a decimal
 -- string, never through a Lua number (a double, exact only below 2^53).
+-- A holder with metadata (a leader: see Campaign) also has its fence kept
+-- with its metadata, so that Status and Leader report it even if the
+-- counter was lost (an eviction).
 -- Nothing is written before the steps that can fail (a counter that is not a
 -- positive decimal integer or is at 2^63-1, a metadata key of another type),
 -- so a failed call changes nothing; once the lock is written, no step can
@@ -50,6 +58,10 @@
 -- by it); position is the caller's queue position when it is registered as a
 -- waiter, else 0. A waiter whose registration vanished (a restart, an
 -- eviction, a flush) is registered again.
+--
+-- A token that release.lua buried (a clean-up after this very command,
+-- which reached the server late) is refused with {0, -4, 0}, and nothing
+-- is written.
 --
 -- A value "~WAITER" is a reservation made by release.lua: only that waiter
 -- may take the lock until the reservation's short TTL runs out. In a
@@ -67,6 +79,14 @@
 local token, metadata = ARGV[1], ARGV[4]
 local waiter = ARGV[6] or ''
 local queued = ARGV[9] == '1'
+
+local buried = redis.call('ZSCORE', KEYS[7], token)
+if buried then
+  local t = redis.call('TIME')
+  if tonumber(buried) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+    return {0, -4, '0'}
+  end
+end
 
 local function wrongType(k, want)
   local t = redis.call('TYPE', k)['ok']
@@ -111,8 +131,9 @@ local function grantable()
   end
   return c
 end
--- issue writes and returns the next fence after the counter c (false: none).
-local function issue(c)
+-- issue writes and returns the next fence after the counter c (false:
+-- none); the counter lives life ms.
+local function issue(c, life)
   local t = redis.call('TIME')
   local floor = t[1] .. '000000'
   local fence
@@ -123,7 +144,7 @@ local function issue(c)
   else
     fence = t[1] .. string.format('%06d', tonumber(t[2]))
   end
-  redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], fence, 'PX', life)
   return fence
 end
 local function mismatch(held)
@@ -134,7 +155,12 @@ local function prune(now)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    redis.pcall('HDEL', KEYS[5], unpack(gone)) -- metadata of another type: left alone
+    local fields = {}
+    for _, m in ipairs(gone) do
+      fields[#fields + 1] = m
+      fields[#fields + 1] = 'f:' .. m
+    end
+    redis.pcall('HDEL', KEYS[5], unpack(fields)) -- metadata of another type: left alone
   end
 end
 -- notString is the reply when the lock key is not a string: a semaphore's
@@ -171,22 +197,33 @@ local function register(waiter, pos)
   end
   return pos
 end
--- done finishes a grant: metadata, the fence, the waiter's registration.
-local function done(c, own, last)
+-- done finishes a grant: the fence, the holder's entries, the waiter's
+-- registration. own: the lock already held the token (a retried command);
+-- last: a semaphore's last expiry (server ms, a string), nil for a lock; now: the
+-- server's time in ms, for a semaphore.
+local function done(c, own, last, now)
+  local life = math.max(tonumber(ARGV[3]), tonumber(ARGV[2]))
+  if last then
+    life = math.max(life, tonumber(last) - now)
+  end
+  local fence
+  if own and c then
+    fence = c
+    redis.call('SET', KEYS[2], fence, 'PX', life)
+  else
+    fence = issue(c, life)
+  end
   if metadata ~= '' then
-    redis.call('HSET', KEYS[5], token, metadata)
+    if not last then
+      -- A lock has one holder: the entries of former ones go.
+      redis.call('DEL', KEYS[5])
+    end
+    redis.call('HSET', KEYS[5], token, metadata, 'f:' .. token, fence)
     if last then
       redis.call('PEXPIREAT', KEYS[5], last) -- a semaphore's: with the last permit
     else
       redis.call('PEXPIRE', KEYS[5], ARGV[2])
     end
-  end
-  local fence
-  if own and c then
-    fence = c
-    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-  else
-    fence = issue(c)
   end
   if queued then
     redis.call('ZREM', KEYS[3], waiter)
@@ -244,7 +281,7 @@ if ARGV[5] ~= '1' then
     redis.call('SET', KEYS[6], ARGV[5], 'PXAT', last)
     -- A retried grant gets a fence of its own too: other permits may
     -- have taken the next ones meanwhile.
-    return done(c, false, last)
+    return done(c, false, last, now)
   end
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return busy(math.max(tonumber(first[2]) - now, 0))

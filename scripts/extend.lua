@@ -1,39 +1,97 @@
 -- extend.lua: reset the lock's TTL if the caller still owns it; optionally
--- take the key back where it is free.
+-- take the key back where it is free. Keep the fence counter alive as long
+-- as the holder.
 --
--- KEYS[1] lock key   prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
--- KEYS[2] metadata   prefix{K}:meta (see acquire.lua)
--- KEYS[3] limit      prefix{K}:limit (a semaphore's)
--- ARGV[1] token      the owner token
--- ARGV[2] ttl        new TTL in milliseconds, counted from now
--- ARGV[3] regain     "1" to set the key to ARGV[1] when it is free: only sent
---                    to nodes that answered -1, after a quorum of the others
---                    confirmed that the caller holds the lock (so nobody else
---                    can hold a quorum), to restore a Redlock lock's spare
---                    nodes; "0" otherwise
--- ARGV[4] metadata   "" for none; else the lock's metadata, whose TTL follows
---                    the lock's (and which a regain writes again)
--- ARGV[5] limit      "1" for a lock, n > 1 for a semaphore
+-- KEYS[1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
+-- KEYS[2] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[3] limit          prefix{K}:limit (a semaphore's)
+-- KEYS[4] fence counter  prefix{K}:fence
+-- KEYS[5] tombstones     prefix{K}:dead (see release.lua)
+-- ARGV[1] token          the owner token
+-- ARGV[2] ttl            new TTL in milliseconds, counted from now
+-- ARGV[3] regain         "1" to set the key to ARGV[1] when it is free: only sent
+--                        to nodes that answered -1, after a quorum of the others
+--                        confirmed that the caller holds the lock (so nobody else
+--                        can hold a quorum), to restore a Redlock lock's spare
+--                        nodes; "0" otherwise (a token that release.lua buried
+--                        is not set again: -1)
+-- ARGV[4] metadata       "" for none; else the lock's metadata, whose TTL follows
+--                        the lock's (and which a regain writes again)
+-- ARGV[5] limit          "1" for a lock, n > 1 for a semaphore
+-- ARGV[6] fence          the holder's fence (a decimal string)
+-- ARGV[7] retention      ms the fence counter lives after its last use
 --
 -- Returns 1 if the key held ARGV[1] (or was free and ARGV[3] is "1") and its
 -- TTL was set, 0 if it holds another value (another owner, a reservation),
 -- -1 if it is free. For a semaphore: 1 if ARGV[1] is a live permit (or a
 -- permit was free and ARGV[3] is "1"), and its expiry was set; -1 if it is
 -- not and a permit is free; 0 if all are taken.
-local function meta()
-  if ARGV[4] ~= '' then
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+--
+-- When it returns 1 it has also made sure that the fence counter lives at
+-- least as long as the holder (and the retention), and holds at least the
+-- holder's fence: a counter lost meanwhile (an eviction) is restored, so
+-- that the next holder's fence is larger; and a holder with metadata has
+-- its fence written with it in KEYS[2] (correcting a grant that ran late on
+-- this node and counted its own). The comparison is on decimal strings (length first),
+-- exact for any 64-bit value. Errors (keys of another type) come before any
+-- write.
+local token, fence = ARGV[1], ARGV[6]
+local c = redis.pcall('GET', KEYS[4])
+if type(c) == 'table' then
+  return c -- WRONGTYPE: not written by dlock
+end
+-- buried reports whether the token was buried (see release.lua): a regain
+-- of it, run late, must not set the key again.
+local function buried()
+  local d = redis.call('ZSCORE', KEYS[5], token)
+  if not d then
+    return false
+  end
+  local t = redis.call('TIME')
+  return tonumber(d) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- keep refreshes the counter for a holder that lives ttl ms more.
+local function keep(ttl)
+  local life = math.max(tonumber(ARGV[7]), ttl)
+  if not c or not string.match(c, '^[1-9]%d*$') or #c < #fence or (#c == #fence and c < fence) then
+    redis.call('SET', KEYS[4], fence, 'PX', life)
+    return
+  end
+  local left = redis.call('PTTL', KEYS[4])
+  if left >= 0 and left < life then
+    redis.call('PEXPIRE', KEYS[4], life)
   end
 end
+-- holder writes the holder's entries (its metadata, its fence), if it has
+-- metadata, and has them live ttl ms more (PEXPIRE), or until last
+-- (PEXPIREAT).
+local function holder(ttl, last)
+  if ARGV[4] == '' then
+    return
+  end
+  redis.call('HSET', KEYS[2], token, ARGV[4], 'f:' .. token, fence)
+  if last then
+    redis.call('PEXPIREAT', KEYS[2], last)
+  else
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+end
+
 if ARGV[5] ~= '1' then
   local ty = redis.call('TYPE', KEYS[1])['ok']
   if ty ~= 'zset' and ty ~= 'none' then
     return 0
   end
+  if ARGV[4] ~= '' then
+    local hty = redis.call('TYPE', KEYS[2])['ok']
+    if hty ~= 'hash' and hty ~= 'none' then
+      return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[2] .. ' holds another type')
+    end
+  end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  local s = redis.call('ZSCORE', KEYS[1], token)
   local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
   local held = redis.call('GET', KEYS[3])
   local ours = s and tonumber(s) > now
@@ -41,43 +99,46 @@ if ARGV[5] ~= '1' then
     if live >= tonumber(ARGV[5]) or (live > 0 and held and held ~= ARGV[5]) then
       return 0
     end
-    if ARGV[3] ~= '1' then
+    if ARGV[3] ~= '1' or buried() then
       return -1
     end
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    redis.pcall('HDEL', KEYS[2], unpack(gone))
+    local fields = {}
+    for _, m in ipairs(gone) do
+      fields[#fields + 1] = m
+      fields[#fields + 1] = 'f:' .. m
+    end
+    redis.call('HDEL', KEYS[2], unpack(fields))
   end
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[1], last)
   redis.call('SET', KEYS[3], ARGV[5], 'PXAT', last)
-  if ARGV[4] ~= '' then
-    -- The permits share the metadata hash: it lives as long as the last
-    -- of them, and each renewal writes its own entry again.
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-    redis.call('PEXPIREAT', KEYS[2], last)
-  end
+  -- The permits share the metadata hash: it lives as long as the last of
+  -- them, and each renewal writes its own entries again.
+  holder(nil, last)
+  keep(tonumber(last) - now)
   return 1
 end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return 0 -- a semaphore's holders now
 end
-if v == ARGV[1] then
-  if ARGV[4] ~= '' then
-    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if v == token or (v == false and ARGV[3] == '1' and not buried()) then
+  -- The metadata first: a key of another type fails here, before anything
+  -- is written.
+  holder(ARGV[2])
+  keep(tonumber(ARGV[2]))
+  if v == false then
+    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    return 1
   end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if v == false then
-  if ARGV[3] == '1' then
-    meta()
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 1
-  end
   return -1
 end
 return 0

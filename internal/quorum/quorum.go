@@ -41,6 +41,9 @@ type Node struct {
 	// command was never sent. With retries, a command may have been sent by
 	// an earlier try whatever the last one says.
 	NoRetries bool
+	// Cluster is true for a Cluster client: a pub/sub subscription of its
+	// may sit on another node than the keys it is about.
+	Cluster bool
 
 	// suspectUntil (Unix ns) is set when the node left a round without an
 	// answer, and cleared by its next successful answer: while it is set,
@@ -327,7 +330,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 		if len(o.Addrs) > 0 {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
-		n.HonoursCtx, n.NoRetries = o.ContextTimeoutEnabled, o.MaxRetries < 0 && o.MaxRedirects < 0
+		n.HonoursCtx, n.NoRetries, n.Cluster = o.ContextTimeoutEnabled, o.MaxRetries < 0 && o.MaxRedirects < 0, true
 		n.reload = func() { c.ReloadState(context.Background()) }
 	case *redis.Ring:
 		o := c.Options()
