@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test demo bench redis vet fuzz soak
+.PHONY: all build test demo bench redis vet fuzz soak release-check release-prepare
 
 all: build
 
@@ -69,6 +69,24 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) . || exit 1; \
 	done
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisURL$$' -fuzztime $(FUZZTIME) ./cmd/dlock
+
+# The version of a release: the newest one in CHANGELOG.md unless given.
+VERSION ?= $(shell sed -n 's/^## \(v[0-9][0-9.]*\)$$/\1/p' CHANGELOG.md | head -1)
+
+# Checks that the modules install as published at VERSION (see
+# CONTRIBUTING.md, Releasing): in a scratch clone of HEAD, tags the root and
+# every extra, serves them from a local module proxy, and installs the CLI
+# and gets every module in fresh modules, in an empty GOPATH. Commit first:
+# it clones HEAD.
+release-check:
+	cd tools/releasecheck && $(GO) run . -version $(VERSION) -repo $(CURDIR)
+
+# Makes every extra require the core at VERSION (the first step of a
+# release; commit the result).
+release-prepare:
+	@for m in extra/*/go.mod; do \
+		(cd $$(dirname $$m) && $(GO) mod edit -require=github.com/dlock-dev/dlock@$(VERSION)) || exit 1; \
+	done
 
 redis:
 	@./scripts/dev/ensure-redis.sh

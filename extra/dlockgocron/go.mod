@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/extra/dlockgocron
 go 1.23.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 	github.com/jonboulle/clockwork v0.5.0

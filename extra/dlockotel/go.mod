@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/extra/dlockotel
 go 1.26.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.7.3
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

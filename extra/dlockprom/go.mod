@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/extra/dlockprom
 go 1.23.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.66.1

@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/extra/dlocksql
 go 1.26.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.7.3
 	modernc.org/sqlite v1.62.0
 )
