@@ -99,6 +99,15 @@ func run(version, repo string, keep bool) error {
 		fmt.Printf("releasecheck: tagged %s and served %s@%s\n", m.tag, m.path, version)
 	}
 
+	// The other modules the published ones need, into this machine's
+	// module cache (which the user's proxy list reads first): the user's
+	// builds below need not download them again, nor a test run after.
+	for _, m := range mods {
+		if out, err := command(filepath.Join(clone, filepath.FromSlash(m.dir)), nil, "go", "mod", "download"); err != nil {
+			return fmt.Errorf("go mod download in %s: %w\n%s", m.path, err, out)
+		}
+	}
+
 	env, err := userEnv(tmp, proxy)
 	if err != nil {
 		return err
