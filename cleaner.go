@@ -246,10 +246,11 @@ func (c *cleaner) setStopped() {
 	c.notifySettled()
 }
 
-// settle waits, for Close, until the cleaner has removed the registrations
-// of the Locker's waiters that left (see Locker.leave), or stopped, or a
-// release went unanswered since Close began (the node is not answering:
-// waiting longer would not help).
+// settle waits, for Close, until the cleaner has run every job that is due
+// (removals of the registrations of waiters that left, releases and
+// tombstones after unanswered commands), or stopped, or a release went
+// unanswered since Close began (the node is not answering: waiting longer
+// would not help).
 func (c *cleaner) settle() {
 	c.mu.Lock()
 	if c.isSettled() {
@@ -270,8 +271,9 @@ func (c *cleaner) isSettled() bool {
 	if !c.running || c.unanswered {
 		return true
 	}
+	now := time.Now()
 	for _, j := range c.jobs {
-		if j.leaving != "" {
+		if !j.at.After(now) {
 			return false
 		}
 	}

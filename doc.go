@@ -203,7 +203,7 @@
 // first ([Lock.Lost] closes, [Locker.Do]'s function is cancelled), then the
 // key is released. Waiting calls return [ErrClosed], and their registrations
 // in the waiting queues are removed before Close returns (it waits for that
-// up to two node timeouts, less when a node does not answer). A
+// up to three node timeouts, less when a node does not answer). A
 // registration that outlives its Locker anyway (a node that did not answer
 // then, a process that was killed) does not stall the queue: a release
 // passes over a waiter that nobody listens for (its Locker's subscription

@@ -75,7 +75,8 @@ func asElection(c *lockConfig) { c.election = true }
 // vacancy of a term before the term itself: a Close (or Release) racing
 // with Campaign either comes after the term's announcement and announces
 // the vacancy after it, or comes first, and then the term is not announced
-// at all.
+// at all (the vacancy is, which observers that never saw the term ignore,
+// and those that read it take).
 type leadership struct {
 	mu      sync.Mutex
 	vacated bool // the vacancy was announced (or the term can no longer be)

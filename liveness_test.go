@@ -335,61 +335,112 @@ func TestLivenessDeadRegistrationsPassedOver(t *testing.T) {
 
 // Item 6: an acquisition held up on its own connection (a latency spike on
 // one link, while new connections get through) that runs after the
-// clean-up must not leave the key held by its dead token.
+// clean-up must not leave the key held by its dead token; also when the
+// Locker is closed right after the failed attempt (as `dlock run` does).
 func TestLivenessLateAcquireOnDelayedConnection(t *testing.T) {
-	s := dlocktest.Start(t)
-	admin := s.Client()
-	defer admin.Close()
-	p, err := dlocktest.NewProxy(s.Addr())
-	if err != nil {
-		t.Fatal(err)
+	for _, closeAfter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close %v", closeAfter), func(t *testing.T) {
+			s := dlocktest.Start(t)
+			admin := s.Client()
+			defer admin.Close()
+			p, err := dlocktest.NewProxy(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, ClientName: "delayed"})
+			defer c.Close()
+			l := newLocker(t, c)
+			// Load the scripts (a late EVALSHA of an unknown script would
+			// fail), on the one pooled connection.
+			k, err := l.TryAcquire(ctx(t), "delayed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Release(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			before := clientIDs(t, admin)
+			p.DelayOpen(3 * time.Second)
+			_, err = l.TryAcquire(ctx(t), "delayed", dlock.WithTTL(10*time.Second))
+			if err == nil {
+				t.Fatal("TryAcquire through a delayed connection succeeded")
+			}
+			t.Logf("TryAcquire: %v", err)
+			if closeAfter {
+				if err := l.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}
+			// Wait for the delayed command to reach Redis and run there: the
+			// proxy delivers it, then closes the connection (go-redis gave up
+			// on it), and Redis drops the connection once it has run what it
+			// read.
+			waitFor(t, func() bool { return p.Delayed() == 0 }, "the delayed command to be delivered")
+			waitFor(t, func() bool {
+				now := clientIDs(t, admin)
+				for id := range before {
+					if now[id] {
+						return false
+					}
+				}
+				return true
+			}, "the delayed connection to be closed")
+			other := newLocker(t, s.Client())
+			deadline := time.Now().Add(time.Second) // far less than the 10s TTL the late command sets
+			for {
+				k, err := other.TryAcquire(ctx(t), "delayed")
+				if err == nil {
+					k.Release(ctx(t))
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the delayed acquisition ran: %v (the key holds %q for %v)", err,
+						admin.Get(ctx(t), "dlock:{delayed}").Val(), admin.PTTL(ctx(t), "dlock:{delayed}").Val())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
-	defer p.Close()
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, ClientName: "delayed"})
+}
+
+// Item 1 for a semaphore: a renewal that finds the counter lost restores it
+// above every fence issued, not just above its own permit's, which may be
+// below another permit's.
+func TestLivenessSemaphoreCounterRestored(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
 	defer c.Close()
 	l := newLocker(t, c)
-	// Load the scripts (a late EVALSHA of an unknown script would fail), on
-	// the one pooled connection.
-	k, err := l.TryAcquire(ctx(t), "delayed")
+	opts := []dlock.LockOption{dlock.WithLimit(3), dlock.WithTTL(10 * time.Second), dlock.WithAutoRenew(false)}
+	a, err := l.TryAcquire(ctx(t), "sem", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Release(ctx(t)); err != nil {
+	defer a.Release(ctx(t))
+	// b in the server's next second: its fence is that second's floor,
+	// above a's.
+	t0 := c.Time(ctx(t)).Val()
+	waitFor(t, func() bool {
+		now := c.Time(ctx(t)).Val()
+		return now.Unix() > t0.Unix() && now.Nanosecond() < 300e6
+	}, "the server's next second")
+	b, err := l.TryAcquire(ctx(t), "sem", opts...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	before := clientIDs(t, admin)
-	p.DelayOpen(3 * time.Second)
-	_, err = l.TryAcquire(ctx(t), "delayed", dlock.WithTTL(10*time.Second))
-	if err == nil {
-		t.Fatal("TryAcquire through a delayed connection succeeded")
+	defer b.Release(ctx(t))
+	c.Del(ctx(t), "dlock:{sem}:fence") // an eviction
+	if err := a.Extend(ctx(t), 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("TryAcquire: %v", err)
-	// Wait for the delayed command to reach Redis and run there: the
-	// proxy delivers it, then closes the connection (go-redis gave up on
-	// it), and Redis drops the connection once it has run what it read.
-	waitFor(t, func() bool { return p.Delayed() == 0 }, "the delayed command to be delivered")
-	waitFor(t, func() bool {
-		now := clientIDs(t, admin)
-		for id := range before {
-			if now[id] {
-				return false
-			}
-		}
-		return true
-	}, "the delayed connection to be closed")
-	other := newLocker(t, s.Client())
-	deadline := time.Now().Add(time.Second) // far less than the 10s TTL the late command sets
-	for {
-		k, err := other.TryAcquire(ctx(t), "delayed")
-		if err == nil {
-			k.Release(ctx(t))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the delayed acquisition ran: %v (the key holds %q for %v)", err,
-				admin.Get(ctx(t), "dlock:{delayed}").Val(), admin.PTTL(ctx(t), "dlock:{delayed}").Val())
-		}
-		time.Sleep(10 * time.Millisecond)
+	k, err := l.TryAcquire(ctx(t), "sem", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	if k.Fence() <= b.Fence() {
+		t.Errorf("fences a=%d b=%d, then %d: not above b's, issued before", a.Fence(), b.Fence(), k.Fence())
 	}
 }
 

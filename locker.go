@@ -199,8 +199,9 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 // calls to return (one in an attempt returns when the attempt ends, within
 // the node timeout) and for the background clean-up to remove their
 // registrations from the waiting queues and to release what is due (keys
-// that unanswered commands may have left), up to twice the node timeout
-// (at least 100ms), less once a node leaves a release unanswered; then it
+// that unanswered commands may have left, with their tombstones), up to
+// three node timeouts in all (each at least 100ms), less once a node leaves
+// a release unanswered; then it
 // unsubscribes and stops the clean-up. What is left then (on a node that did
 // not answer) expires: a key after its TTL, a registration after its lease
 // (3 minutes), and meanwhile releases pass over a registration whose Locker

@@ -155,12 +155,9 @@ local function prune(now)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    local fields = {}
     for _, m in ipairs(gone) do
-      fields[#fields + 1] = m
-      fields[#fields + 1] = 'f:' .. m
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- metadata of another type: left alone
     end
-    redis.pcall('HDEL', KEYS[5], unpack(fields)) -- metadata of another type: left alone
   end
 end
 -- notString is the reply when the lock key is not a string: a semaphore's

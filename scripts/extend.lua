@@ -29,8 +29,12 @@
 --
 -- When it returns 1 it has also made sure that the fence counter lives at
 -- least as long as the holder (and the retention), and holds at least the
--- holder's fence: a counter lost meanwhile (an eviction) is restored, so
--- that the next holder's fence is larger; and a holder with metadata has
+-- holder's fence: a counter lost meanwhile (an eviction), or below the
+-- holder's fence, is set to the larger of that fence and the server's time
+-- in microseconds, which is above every fence issued before (see
+-- acquire.lua: the counter never runs ahead of the clock), so that the next
+-- holder's fence is larger than every one issued, the other permits' of a
+-- semaphore included; and a holder with metadata has
 -- its fence written with it in KEYS[2] (correcting a grant that ran late on
 -- this node and counted its own). The comparison is on decimal strings (length first),
 -- exact for any 64-bit value. Errors (keys of another type) come before any
@@ -51,11 +55,20 @@ local function buried()
   return tonumber(d) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- below reports whether the decimal string a is less than b.
+local function below(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
 -- keep refreshes the counter for a holder that lives ttl ms more.
 local function keep(ttl)
   local life = math.max(tonumber(ARGV[7]), ttl)
-  if not c or not string.match(c, '^[1-9]%d*$') or #c < #fence or (#c == #fence and c < fence) then
-    redis.call('SET', KEYS[4], fence, 'PX', life)
+  if not c or not string.match(c, '^[1-9]%d*$') or below(c, fence) then
+    local t = redis.call('TIME')
+    local v = t[1] .. string.format('%06d', tonumber(t[2]))
+    if below(v, fence) then
+      v = fence
+    end
+    redis.call('SET', KEYS[4], v, 'PX', life)
     return
   end
   local left = redis.call('PTTL', KEYS[4])
@@ -106,12 +119,9 @@ if ARGV[5] ~= '1' then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    local fields = {}
     for _, m in ipairs(gone) do
-      fields[#fields + 1] = m
-      fields[#fields + 1] = 'f:' .. m
+      redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- metadata of another type: left alone
     end
-    redis.call('HDEL', KEYS[2], unpack(fields))
   end
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]

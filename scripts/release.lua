@@ -138,12 +138,9 @@ if sem then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
-    local fields = {}
     for _, m in ipairs(gone) do
-      fields[#fields + 1] = m
-      fields[#fields + 1] = 'f:' .. m
+      redis.pcall('HDEL', KEYS[4], m, 'f:' .. m) -- a hash of another type: left alone
     end
-    redis.pcall('HDEL', KEYS[4], unpack(fields)) -- a hash of another type: left alone
   end
   last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   if last then
