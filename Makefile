@@ -11,13 +11,17 @@ build:
 # Make sure redis-server is there (installed from Debian's package when
 # missing and running as root), then vet and run every test under the race
 # detector against real redis-server processes started by the tests.
-# The CLI is vetted for macOS too; the allocation check runs once more
+# The CLI is vetted for macOS too, the library is built for Windows, and
+# the CLI must not link test helpers; the allocation check runs once more
 # without the race detector (which costs go-redis a few allocations), with
 # its real limit; and every module under extra/ (each its own go.mod) is
 # vetted and tested the same way (its allocation checks without -race).
 test: redis
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
+	GOOS=windows $(GO) build . ./fenced
+	@if $(GO) list -deps ./cmd/dlock | grep -qxE 'testing|go.uber.org/goleak'; then \
+		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...

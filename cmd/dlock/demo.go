@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redisserver"
 )
 
 // The demo's shape. Its TTL is short so that the failure scenes are quick:
@@ -49,7 +49,7 @@ func (c *cli) demo(ctx context.Context, args []string) int {
 	if fset.NArg() > 0 {
 		return c.usageError("demo", "unexpected argument %q", fset.Arg(0))
 	}
-	if _, err := dlocktest.Binary(); err != nil {
+	if _, err := redisserver.Binary(); err != nil {
 		c.errorf("redis-server not found: the demo starts its own local Redis servers")
 		c.hintf("install Debian's redis-server package (sudo apt-get install redis-server), or set $REDIS_SERVER to a redis-server binary")
 		return exitUnavailable
@@ -89,10 +89,10 @@ type demoRun struct {
 	// frozenPerWorker is the acquisitions per worker with 2 nodes frozen.
 	frozenPerWorker int
 
-	servers []*dlocktest.Server
+	servers []*redisserver.Server
 	admin   []*redis.Client // for INFO, one per server
 	prog    progress
-	sent    dlocktest.Counter // commands sent by the demo's Lockers
+	sent    redisserver.Counter // commands sent by the demo's Lockers
 	rows    []phaseStats
 	failed  int
 }
@@ -153,13 +153,13 @@ func (d *demoRun) run(ctx context.Context) error {
 
 func (d *demoRun) startServers() error {
 	type started struct {
-		s   *dlocktest.Server
+		s   *redisserver.Server
 		err error
 	}
 	ch := make(chan started, demoServers)
 	for range demoServers {
 		go func() {
-			s, err := dlocktest.NewServer()
+			s, err := redisserver.NewServer()
 			ch <- started{s, err}
 		}()
 	}
@@ -172,7 +172,7 @@ func (d *demoRun) startServers() error {
 		}
 		d.servers = append(d.servers, r.s)
 	}
-	slices.SortFunc(d.servers, func(a, b *dlocktest.Server) int { return a.Port() - b.Port() })
+	slices.SortFunc(d.servers, func(a, b *redisserver.Server) int { return a.Port() - b.Port() })
 	for _, s := range d.servers {
 		d.admin = append(d.admin, s.Client())
 	}
@@ -202,7 +202,7 @@ func (d *demoRun) stopServers() {
 
 // lockers returns n Lockers, one per simulated process, each with its own
 // clients to the given servers, and a function that closes them all.
-func (d *demoRun) lockers(n int, servers []*dlocktest.Server) ([]*dlock.Locker, func(), error) {
+func (d *demoRun) lockers(n int, servers []*redisserver.Server) ([]*dlock.Locker, func(), error) {
 	var ls []*dlock.Locker
 	var cls []*redis.Client
 	closeAll := func() {

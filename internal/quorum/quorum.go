@@ -256,8 +256,10 @@ func (n *Node) workerClient() redis.UniversalClient {
 // versions build the copy without them: commands sent through it would be
 // hidden from the application's tracing and metrics hooks, so such copies
 // are not used, and calls on clients that do not honour ctx deadlines run on
-// a worker. Found out once, without a network: a client whose dialer fails
-// at once.
+// a worker. Found out once, without a network and without a word in the log:
+// a command on a context that is already cancelled goes through the hooks,
+// and then the pool refuses it before dialing (a dialer that failed instead
+// would have newer go-redis versions retry and log the failure).
 var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
 	c := redis.NewClient(&redis.Options{
 		Addr:       "probe:0",
@@ -269,7 +271,9 @@ var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
 	defer c.Close()
 	var seen atomic.Bool
 	c.AddHook(probeHook{&seen})
-	_ = c.WithTimeout(time.Second).Process(context.Background(), redis.NewCmd(context.Background(), "ping"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = c.WithTimeout(time.Second).Process(ctx, redis.NewCmd(ctx, "ping"))
 	return seen.Load()
 })
 

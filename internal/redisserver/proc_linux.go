@@ -1,4 +1,4 @@
-package dlocktest
+package redisserver
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package dlocktest
+package redisserver
 
 import "syscall"
 
