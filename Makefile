@@ -16,6 +16,8 @@ build:
 # without the race detector (which costs go-redis a few allocations), with
 # its real limit; and every module under extra/ (each its own go.mod) is
 # vetted and tested the same way (its allocation checks without -race).
+# The root package's tests also run against the newest go-redis v9
+# (go.redis-latest.mod; go.mod requires the oldest supported one).
 test: redis
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -23,6 +25,7 @@ test: redis
 	@if $(GO) list -deps ./cmd/dlock | grep -qxE 'testing|go.uber.org/goleak'; then \
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -modfile=go.redis-latest.mod .
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod; do \

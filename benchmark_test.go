@@ -100,6 +100,10 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 		if r.N == 0 {
 			t.Fatal("the benchmark failed")
 		}
+		limit := limit
+		if !ctxTimeout && !dlock.CopiesKeepHooks() {
+			limit += 2 // calls on a helper goroutine (see New)
+		}
 		if got := r.AllocsPerOp(); got > limit {
 			t.Errorf("ContextTimeoutEnabled %v: %d allocations per Acquire+Release, want at most %d", ctxTimeout, got, limit)
 		} else {

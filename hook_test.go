@@ -245,9 +245,13 @@ func TestHookLost(t *testing.T) {
 	if len(lost) != 2 || lost[1].Reason != dlock.LostExpired || lost[1].Key != "frozen" {
 		t.Fatalf("lost events %+v", lost)
 	}
-	if rf := rec.of(dlock.EventRenewFailed); len(rf) == 0 || rf[0].Key != "frozen" || !errors.Is(rf[0].Err, dlock.ErrUnavailable) {
+	// Where go-redis retries a refused dial until the call's deadline
+	// (v9.23), the first renewal takes the whole validity: the lock is lost
+	// before a renewal could fail, and its node error comes after.
+	if rf := rec.of(dlock.EventRenewFailed); dlock.CopiesKeepHooks() && (len(rf) == 0 || rf[0].Key != "frozen" || !errors.Is(rf[0].Err, dlock.ErrUnavailable)) {
 		t.Errorf("renew failed events %+v", rf)
 	}
+	rec.await(t, "a node error", func() bool { return len(rec.of(dlock.EventNodeError)) > 0 })
 	if ne := rec.of(dlock.EventNodeError); len(ne) == 0 || ne[0].Node != s.Addr() || ne[0].Key != "frozen" {
 		t.Errorf("node error events %+v", ne)
 	}
@@ -326,7 +330,9 @@ func TestLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-k.Lost()
-	waitFor(t, func() bool { return strings.Contains(logged(), "lock lost") }, "the lost lock logged")
+	waitFor(t, func() bool {
+		return strings.Contains(logged(), "lock lost") && strings.Contains(logged(), "node failed")
+	}, "the lost lock and the node's failure logged")
 	out := logged()
 	if !strings.Contains(out, `level=WARN msg="dlock: lock lost" key=logged reason=expired`) {
 		t.Errorf("no lost lock in the log:\n%s", out)
@@ -430,7 +436,14 @@ func TestHookClosedDuringAcquire(t *testing.T) {
 	if _, err := l.Acquire(ctx(t), "closing"); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Acquire: %v, want ErrClosed", err)
 	}
-	if got, want := strings.Join(rec.kinds("closing"), ","), "attempt,refused"; got != want {
+	got := strings.Join(rec.kinds("closing"), ",")
+	if !dlock.CopiesKeepHooks() {
+		// The call runs on a helper goroutine, and Close, called from
+		// within it, waits (up to its bound) for the acquisition: the
+		// round times out meanwhile, a node error.
+		got = strings.TrimPrefix(got, "node error,")
+	}
+	if want := "attempt,refused"; got != want {
 		t.Errorf("events %s, want %s", got, want)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/dlocktest"
 )
 
 // TestLateSetDuringReleaseCleanedUp: a late acquisition answer that arrives
@@ -44,5 +46,35 @@ func TestLateSetDuringReleaseCleanedUp(t *testing.T) {
 	if n != 0 {
 		pttl, _ := servers[4].Client().PTTL(ctx, "dlock:{late}").Result()
 		t.Errorf("the key was left on node 4 (PTTL %v) and no clean-up was scheduled", pttl)
+	}
+}
+
+// An older server's refusal of a script names the version dlock needs.
+func TestVersionBelow(t *testing.T) {
+	for _, tc := range []struct {
+		a, b  string
+		below bool
+	}{
+		{"4.0.14", MinRedisVersion, true}, {"5.0.0", MinRedisVersion, false}, {"7.0.15", MinRedisVersion, false},
+		{"6.2", "6.2.0", false}, {"6.0.20", "6.2.0", true}, {"10.0.0", "9.9.9", false},
+	} {
+		if got := versionBelow(tc.a, tc.b); got != tc.below {
+			t.Errorf("versionBelow(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+	if v := serverVersion("# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n"); v != "4.0.14" {
+		t.Errorf("serverVersion: %q", v)
+	}
+	// How a real server refuses a script that calls a command it does not
+	// know (as Redis 4 does ZPOPMIN), and that the version is then asked.
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	err := c.Eval(context.Background(), "return redis.call('NOSUCHCOMMAND')", nil).Err()
+	if !olderServer(err) {
+		t.Errorf("%v: not recognised as an older server's refusal", err)
+	}
+	if got := versionError(context.Background(), c, err); got != err {
+		t.Errorf("versionError on Redis %s: %v", serverVersion(c.Info(context.Background(), "server").Val()), got)
 	}
 }

@@ -1078,10 +1078,12 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	if k == nil {
 		// Release wherever the key may have been set: granted nodes, and
-		// nodes whose answer was lost or late.
+		// nodes whose answer was lost or late (at once, burying the token,
+		// also where a late answer will come: the Locker may be closed
+		// before it does).
 		now := time.Now()
 		for i, e := range effects {
-			if clean, bury := e.cleans(); clean && !res.closed && !(!answered[i] && lateComes) {
+			if clean, bury := e.cleans(); clean && !res.closed {
 				// A grant of a split vote wakes nobody: the release that
 				// freed the lock woke a waiter already.
 				l.clean(i, nm, token, cfg.ttl, bury, now, e == effUnknown)

@@ -7,8 +7,11 @@ import (
 	"encoding/hex"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
 // The scripts run with EVALSHA, and EVAL when the server answers NOSCRIPT
@@ -81,7 +84,79 @@ func (s *script) run(ctx context.Context, c processor, args []any) (any, error) 
 		_ = c.Process(ctx, cmd)
 		v, err = cmd.Result()
 	}
+	if err != nil && olderServer(err) {
+		if uc, ok := c.(redis.UniversalClient); ok {
+			err = versionError(ctx, uc, err)
+		}
+	}
 	return v, err
+}
+
+// MinRedisVersion is the oldest Redis version that dlock's scripts run on:
+// the newest command they call is ZPOPMIN, of Redis 5.0 (the tests check
+// every command and option against the server's COMMAND DOCS). dlock is
+// tested on Redis 7. On an older server a script fails, and the error wraps
+// ErrMisconfigured and names this version.
+const MinRedisVersion = "5.0.0"
+
+// olderServer reports whether err is how a server older than
+// MinRedisVersion fails one of the scripts: a command it does not know, an
+// option it does not know (a syntax error), or a write after TIME, which
+// Redis before 5.0 refuses unless scripts are replicated by their effects.
+func olderServer(err error) bool {
+	if !quorum.IsReply(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, sign := range []string{"Unknown Redis command", "unknown command", "syntax error", "Write commands not allowed after non deterministic commands"} {
+		if strings.Contains(msg, sign) {
+			return true
+		}
+	}
+	return false
+}
+
+// versionError returns err, or, when the server of c is older than
+// MinRedisVersion (INFO server, bounded by ctx), an error that says so
+// (permanent: see ErrMisconfigured).
+func versionError(ctx context.Context, c redis.UniversalClient, err error) error {
+	info, ierr := c.Info(ctx, "server").Result()
+	if ierr != nil {
+		return err
+	}
+	v := serverVersion(info)
+	if v == "" || !versionBelow(v, MinRedisVersion) {
+		return err
+	}
+	return badReply("dlock needs Redis %s or later; this server runs %s (%s)", MinRedisVersion, v, err.Error())
+}
+
+// serverVersion is redis_version from INFO's text, or "".
+func serverVersion(info string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// versionBelow reports whether the dotted version a is below b.
+func versionBelow(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 // eval turns the command args (from s.args) into an EVAL of the script.

@@ -275,7 +275,8 @@ if ARGV[5] ~= '1' then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
     local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
     redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('SET', KEYS[6], ARGV[5], 'PXAT', last)
+    redis.call('SET', KEYS[6], ARGV[5])
+    redis.call('PEXPIREAT', KEYS[6], last)
     -- A retried grant gets a fence of its own too: other permits may
     -- have taken the next ones meanwhile.
     return done(c, false, last, now)

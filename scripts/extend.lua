@@ -126,7 +126,8 @@ if ARGV[5] ~= '1' then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[1], last)
-  redis.call('SET', KEYS[3], ARGV[5], 'PXAT', last)
+  redis.call('SET', KEYS[3], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[3], last)
   -- The permits share the metadata hash: it lives as long as the last of
   -- them, and each renewal writes its own entries again.
   holder(nil, last)

@@ -277,6 +277,12 @@ var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
 	return seen.Load()
 })
 
+// CopiesKeepHooks reports whether the go-redis version in use makes
+// WithTimeout copies that keep the client's hooks (see
+// withTimeoutKeepsHooks): where it does not, calls on a *redis.Client that
+// does not honour ctx deadlines run on workers.
+func CopiesKeepHooks() bool { return withTimeoutKeepsHooks() }
+
 // probeHook records that a command went through the hooks.
 type probeHook struct{ seen *atomic.Bool }
 
@@ -419,12 +425,17 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 		return r, true, false
 	case <-ctx.Done():
 	}
-	// An answer that arrived together with the deadline still counts.
+	// An answer that arrives together with the deadline still counts: give
+	// it a moment (a client that retries its dials, as newer go-redis
+	// versions do, returns the dial's own error, "connection refused", as
+	// the deadline ends them).
+	grace := time.NewTimer(lateGrace)
 	select {
 	case r = <-ch:
+		grace.Stop()
 		cancel()
 		return r, true, false
-	default:
+	case <-grace.C:
 	}
 	r.Err = ctx.Err()
 	cancel()
@@ -433,6 +444,10 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	return r, false, false
 }
+
+// lateGrace is how long a call on a worker waits, after its deadline, for
+// an answer that is on its way.
+const lateGrace = 2 * time.Millisecond
 
 // isTimeout reports whether err is a socket deadline that passed: the call
 // got no answer in time.

@@ -164,7 +164,6 @@ func NewSentinel(masterName string, master *Server) (*Server, error) {
 	return s, nil
 }
 
-
 func (s *Server) start(bin string) error {
 	cmd := exec.Command(bin, s.args...)
 	cmd.Stdout = nil
@@ -341,9 +340,6 @@ func (s *Server) Close() error {
 	}
 	return err
 }
-
-
-
 
 // Cluster is a Redis Cluster: masters, each with a range of slots, and
 // their replicas, if any.
@@ -524,5 +520,3 @@ func (c *Cluster) setup(ctx context.Context) error {
 		return true, nil
 	})
 }
-
-

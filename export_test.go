@@ -1,0 +1,10 @@
+package dlock
+
+import "github.com/dlock-dev/dlock/internal/quorum"
+
+// CopiesKeepHooks reports whether the go-redis version in use keeps a
+// client's hooks in WithTimeout copies: where it does not (v9.23), calls on a
+// default client run on helper goroutines, and a Redis that refuses
+// connections fails a call only when its timeout ends (go-redis retries the
+// dial and the command within it).
+func CopiesKeepHooks() bool { return quorum.CopiesKeepHooks() }
