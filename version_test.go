@@ -28,21 +28,51 @@ func TestScriptCommandsSinceMinimum(t *testing.T) {
 	if len(files) < 5 {
 		t.Fatalf("found only %v", files)
 	}
-	call := regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'([^)]*)\)`)
+	call := regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
 	token := regexp.MustCompile(`'([A-Z]+)'`)
+	api := regexp.MustCompile(`redis\.([a-z_]+)`)
 	used := map[string]map[string]bool{} // command -> option tokens
 	for _, f := range files {
-		src, err := os.ReadFile(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
-			cmd := strings.ToLower(m[1])
+		src := string(b)
+		for _, m := range call.FindAllStringSubmatchIndex(src, -1) {
+			cmd := strings.ToLower(src[m[2]:m[3]])
 			if used[cmd] == nil {
 				used[cmd] = map[string]bool{}
 			}
-			for _, o := range token.FindAllStringSubmatch(m[2], -1) {
+			// The call's arguments, up to its closing parenthesis (nested
+			// calls included; parentheses in strings do not count).
+			depth, end, quote := 1, m[1], byte(0)
+			for ; end < len(src) && depth > 0; end++ {
+				switch ch := src[end]; {
+				case quote != 0 && ch == '\\':
+					end++
+				case quote != 0:
+					if ch == quote {
+						quote = 0
+					}
+				case ch == '\'' || ch == '"':
+					quote = ch
+				case ch == '(':
+					depth++
+				case ch == ')':
+					depth--
+				}
+			}
+			for _, o := range token.FindAllStringSubmatch(src[m[1]:end], -1) {
 				used[cmd][o[1]] = true
+			}
+		}
+		// Only the script API of every version since 2.6: newer ones
+		// (redis.setresp 6.0, redis.REDIS_VERSION 7.0...) would need more.
+		for _, m := range api.FindAllStringSubmatch(src, -1) {
+			switch m[1] {
+			case "call", "pcall", "error_reply", "status_reply":
+			default:
+				t.Errorf("%s uses redis.%s, not in every Redis since %s", f, m[1], dlock.MinRedisVersion)
 			}
 		}
 	}

@@ -4,11 +4,11 @@
 // Every server runs in the foreground as a child of the test process, without
 // persistence, bound to 127.0.0.1. Servers started with [Start], [StartN] or
 // [StartCluster] are stopped by the test's Cleanup; servers started with
-// [NewServer] are stopped by [Server.Close]. Faults are injected on the real
-// process: [Server.Freeze] stops it with SIGSTOP (it keeps its sockets open but
-// answers nothing, like a node in a long GC pause or behind a partition),
-// [Server.Thaw] resumes it and [Server.Kill] ends it; a [Proxy] injects
-// network faults.
+// [NewServer] are stopped by their Close method. Faults are injected on the
+// real process: Server.Freeze stops it with SIGSTOP (it keeps its sockets
+// open but answers nothing, like a node in a long GC pause or behind a
+// partition), Server.Thaw resumes it and Server.Kill ends it; a [Proxy]
+// injects network faults. It runs on Unix systems.
 //
 // redis-server is looked up on PATH, or taken from $REDIS_SERVER. On Debian
 // and Ubuntu it is in the redis-server package.
@@ -26,25 +26,45 @@ import (
 // (its demo), so that the CLI does not link the testing package.
 type (
 	// Server is one redis-server process listening on 127.0.0.1. Its
-	// methods: Addr, URL, Port, PID, TLSAddr, Client (a new default
-	// go-redis client), Freeze (SIGSTOP), Thaw (SIGCONT), Kill (SIGKILL),
-	// Restart (on the same port, without data) and Close.
+	// methods:
+	//
+	//	Addr() string       "127.0.0.1:PORT"
+	//	URL() string        "redis://127.0.0.1:PORT"
+	//	Port() int
+	//	TLSAddr() string    the TLS port's address (WithTLS), else ""
+	//	PID() int           the running process's id, 0 if it is not running
+	//	Client() *redis.Client  a new go-redis client with default settings; the caller closes it
+	//	Freeze() error      SIGSTOP: sockets stay open, connections still succeed, nothing is answered until Thaw
+	//	Thaw() error        SIGCONT
+	//	Kill() error        SIGKILL, and waits for the exit; its data is lost; nothing on a stopped server
+	//	Restart() error     starts a killed server again on the same port, without data; fails if it is running
+	//	Close() error       stops the server (thawing it first) and waits for its exit
 	Server = redisserver.Server
 	// Option configures a server started by NewServer, Start or StartN.
 	Option = redisserver.Option
-	// Cluster is a Redis Cluster: its masters (Servers) and replicas
-	// (Replicas), with Addrs, Client (a new go-redis cluster client) and
-	// Close.
+	// Cluster is a Redis Cluster. Its fields:
+	//
+	//	Servers []*Server   the masters, as started (after a failover, ask the nodes which is master)
+	//	Replicas []*Server  the replicas, Replicas[i] of Servers[i%len(Servers)]
+	//
+	// and its methods: Addrs() []string (the masters' addresses), Client()
+	// *redis.ClusterClient (a new cluster client with default settings; the
+	// caller closes it), Close() error (stops every server and removes the
+	// cluster's state).
 	Cluster = redisserver.Cluster
 	// TLSFiles are the PEM files of a certificate authority made for a
 	// test, of a server certificate it signed for 127.0.0.1 and localhost,
-	// and of a client certificate it signed, for mutual TLS; ClientConfig
-	// returns a TLS configuration that trusts the CA.
+	// and of a client certificate it signed, for mutual TLS. Its fields
+	// are the files' paths: CA, ServerCert, ServerKey, ClientCert,
+	// ClientKey. ClientConfig(withCert bool) (*tls.Config, error) returns a
+	// TLS configuration that trusts the CA and, with withCert, presents the
+	// client certificate.
 	TLSFiles = redisserver.TLSFiles
 	// Counter counts the commands that clients send to Redis (round trips;
 	// a pipeline counts each of its commands), not the commands that
 	// scripts run inside Redis. Add it to a go-redis client with AddHook.
 	// The zero value is ready to use, and a nil *Counter counts nothing.
+	// Load() int64 returns the count, Add(n int) adds to it.
 	Counter = redisserver.Counter
 )
 

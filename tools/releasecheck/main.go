@@ -120,8 +120,8 @@ func run(version, repo string, keep bool) error {
 	if err != nil {
 		return fmt.Errorf("dlock version: %w", err)
 	}
-	if !strings.Contains(out, version) {
-		return fmt.Errorf("dlock version printed %q, not %s", strings.TrimSpace(out), version)
+	if f := strings.Fields(out); len(f) < 2 || f[0] != "dlock" || f[1] != version {
+		return fmt.Errorf("dlock version printed %q, not dlock %s", strings.TrimSpace(out), version)
 	}
 	fmt.Printf("releasecheck: go install %s/cmd/dlock@%s: ok; dlock version: %s\n", core, version, strings.TrimSpace(out))
 
@@ -132,13 +132,14 @@ func run(version, repo string, keep bool) error {
 		if err := adopt(tmp, env, m, version); err != nil {
 			return err
 		}
-		fmt.Printf("releasecheck: go get %s@%s and go build of a program importing it: ok\n", m.path, version)
+		fmt.Printf("releasecheck: go get %s@%s, go build of a program importing it and of all its packages: ok\n", m.path, version)
 	}
 	return nil
 }
 
-// adopt gets m at version in a fresh module and builds a program that
-// imports it.
+// adopt gets m at version in a fresh module, builds a program that imports
+// it and every package of the module (but internal ones and commands), and
+// checks that the build list has every dlock module at version.
 func adopt(tmp string, env []string, m mod, version string) error {
 	user := filepath.Join(tmp, "user-"+strings.ReplaceAll(m.path, "/", "_"))
 	if err := os.Mkdir(user, 0o755); err != nil {
@@ -156,6 +157,22 @@ func adopt(tmp string, env []string, m mod, version string) error {
 	}
 	if out, err := command(user, env, "go", "build", "-o", os.DevNull, "."); err != nil {
 		return fmt.Errorf("go build of a program importing %s: %w\n%s", m.path, err, out)
+	}
+	if out, err := command(user, env, "go", "get", m.path+"/...@"+version); err != nil {
+		return fmt.Errorf("go get %s/...@%s: %w\n%s", m.path, version, err, out)
+	}
+	if out, err := command(user, env, "go", "build", m.path+"/..."); err != nil {
+		return fmt.Errorf("go build %s/...: %w\n%s", m.path, err, out)
+	}
+	out, err := command(user, env, "go", "list", "-m", "-f", "{{.Path}} {{.Version}}", "all")
+	if err != nil {
+		return fmt.Errorf("go list -m all: %w\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		path, v, _ := strings.Cut(line, " ")
+		if (path == core || strings.HasPrefix(path, core+"/")) && v != version {
+			return fmt.Errorf("%s's build list has %s at %q, not %s", m.path, path, v, version)
+		}
 	}
 	return nil
 }
@@ -241,20 +258,33 @@ func userEnv(tmp, proxy string) ([]string, error) {
 		return nil, err
 	}
 	proxies := []string{fileURL(proxy)}
+	// The local module cache second, unless it holds a dlock module (one
+	// served by an earlier check, or a real release): that must come from
+	// the release's proxy or from $GOPROXY, never from here.
 	if c := strings.TrimSpace(cache); c != "" {
-		proxies = append(proxies, fileURL(filepath.Join(c, "cache", "download")))
+		dl := filepath.Join(c, "cache", "download")
+		if _, err := os.Stat(filepath.Join(dl, "github.com", "dlock-dev")); errors.Is(err, os.ErrNotExist) {
+			proxies = append(proxies, fileURL(dl))
+		}
 	}
 	proxies = append(proxies, strings.TrimSpace(goproxy))
 	env := []string{}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GOPATH", "GOMODCACHE", "GOBIN", "GOPROXY", "GONOSUMDB", "GOFLAGS", "GOWORK", "GO111MODULE", "GOPRIVATE", "GONOPROXY":
-			continue
+		if strings.HasPrefix(k, "GO") {
+			continue // a user's own settings: only those below
 		}
 		env = append(env, kv)
 	}
+	goroot, err := command("", nil, "go", "env", "GOROOT")
+	if err != nil {
+		return nil, err
+	}
 	return append(env,
+		"GOROOT="+strings.TrimSpace(goroot),
+		"GOENV=off", // no go env -w settings (GOPRIVATE...) of this machine
+		"GOTOOLCHAIN=local",
+		"GOSUMDB=sum.golang.org",
 		"GOPATH="+filepath.Join(tmp, "gopath"),
 		"GOMODCACHE="+filepath.Join(tmp, "gopath", "pkg", "mod"),
 		"GOBIN="+filepath.Join(tmp, "bin"),
