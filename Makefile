@@ -27,7 +27,7 @@ test: redis
 	if echo "$$deps" | grep -qxE 'testing|go.uber.org/goleak'; then \
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	$(GO) test -race -count=1 ./...
-	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -modfile=go.redis-latest.mod .
+	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -modfile=go.redis-latest.mod . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod; do \

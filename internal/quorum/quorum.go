@@ -260,7 +260,9 @@ func (n *Node) workerClient() redis.UniversalClient {
 // a command on a context that is already cancelled goes through the hooks,
 // and then the pool refuses it before dialing (a dialer that failed instead
 // would have newer go-redis versions retry and log the failure).
-var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
+var withTimeoutKeepsHooks = sync.OnceValue(probeKeepsHooks)
+
+func probeKeepsHooks() bool {
 	c := redis.NewClient(&redis.Options{
 		Addr:       "probe:0",
 		MaxRetries: -1,
@@ -275,7 +277,7 @@ var withTimeoutKeepsHooks = sync.OnceValue(func() bool {
 	cancel()
 	_ = c.WithTimeout(time.Second).Process(ctx, redis.NewCmd(ctx, "ping"))
 	return seen.Load()
-})
+}
 
 // CopiesKeepHooks reports whether the go-redis version in use makes
 // WithTimeout copies that keep the client's hooks (see

@@ -3,6 +3,9 @@ package quorum
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +124,39 @@ func TestCallBounded(t *testing.T) {
 	if v := <-late; v != 7 {
 		t.Errorf("late value %d", v)
 	}
+}
+
+// stderrLogger logs as go-redis does by default.
+type stderrLogger struct{}
+
+func (stderrLogger) Printf(_ context.Context, format string, v ...any) {
+	log.Printf("redis: "+format, v...)
+}
+
+// logRecorder records what go-redis logs.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *logRecorder) Printf(_ context.Context, format string, v ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, fmt.Sprintf(format, v...))
+}
+
+// The probe of go-redis' WithTimeout copies dials nothing and logs nothing,
+// whichever go-redis version (make test runs this package's tests with the
+// version in go.mod; the root package's with the newest too).
+func TestProbeLogsNothing(t *testing.T) {
+	rec := &logRecorder{}
+	redis.SetLogger(rec)
+	defer redis.SetLogger(stderrLogger{})
+	keeps := probeKeepsHooks() // a failed dial would be logged before it returns
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.lines) > 0 {
+		t.Errorf("the probe logged: %q", rec.lines)
+	}
+	t.Logf("WithTimeout copies keep hooks: %v", keeps)
 }
