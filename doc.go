@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dlock provides distributed locks on Redis: mutual exclusion between
 // the processes of a service that runs on several hosts, with a TTL, an
 // owner token, auto-renewal, a lost-lock signal and fencing tokens.

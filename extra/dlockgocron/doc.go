@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dlockgocron runs gocron (github.com/go-co-op/gocron/v2) jobs on
 // several instances of a service with dlock (github.com/dlock-dev/dlock)
 // deciding which instance runs them. It offers gocron's two ways:

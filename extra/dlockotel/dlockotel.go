@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dlockotel traces and measures a dlock.Locker with OpenTelemetry.
 //
 // It is a [dlock.Hook]: install it with dlock.WithHook.

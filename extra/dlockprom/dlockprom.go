@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dlockprom exports Prometheus metrics of github.com/dlock-dev/dlock
 // Lockers, in the manner of go-redis' extra/redisprometheus. A Collector is
 // both the dlock.Hook that feeds it and the prometheus.Collector that

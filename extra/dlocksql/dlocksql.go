@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dlocksql shows fenced writes to a SQL database: the check that
 // makes a dlock fencing token protect the data, done by the database in
 // the UPDATE itself. Each row carries the fence of its last write (or
