@@ -8,3 +8,6 @@ import "github.com/dlock-dev/dlock/internal/quorum"
 // connections fails a call only when its timeout ends (go-redis retries the
 // dial and the command within it).
 func CopiesKeepHooks() bool { return quorum.CopiesKeepHooks() }
+
+// VersionBelow reports whether the dotted version a is below b.
+var VersionBelow = versionBelow

@@ -511,14 +511,7 @@ func TestLivenessObserveRefusedChannel(t *testing.T) {
 	s := dlocktest.Start(t)
 	admin := s.Client()
 	defer admin.Close()
-	line := "ACL SETUSER noleader on >pw resetkeys ~dlock:* resetchannels &dlock:inbox:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +type +pexpireat +zcount +zremrangebyscore +zrangebyscore +info"
-	var args []any
-	for _, f := range strings.Fields(line) {
-		args = append(args, f)
-	}
-	if err := admin.Do(ctx(t), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	runLine(t, admin, "ACL SETUSER noleader on >pw resetkeys ~dlock:* resetchannels &dlock:inbox:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +type +pexpireat +zcount +zremrangebyscore +zrangebyscore +info")
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "noleader", Password: "pw"})
 	defer c.Close()
 	rec := newRecorder()

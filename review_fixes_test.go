@@ -13,6 +13,18 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
+// runLine runs a command given as one line (an ACL SETUSER line, say) with c.
+func runLine(t *testing.T, c *redis.Client, line string) {
+	t.Helper()
+	var args []any
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	if err := c.Do(ctx(t), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReplicaAckWaitRefused: the README's restricted ACL user (no +wait)
 // with WithReplicaAck(1). WAIT is refused with NOPERM, a permanent error:
 // the acquisition should be ErrMisconfigured, returned at once.
@@ -20,14 +32,7 @@ func TestReplicaAckWaitRefused(t *testing.T) {
 	s := dlocktest.Start(t)
 	admin := s.Client()
 	defer admin.Close()
-	line := "ACL SETUSER dlock on >PASSWORD resetkeys ~dlock:* resetchannels &dlock:inbox:* &dlock:leader:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +pexpireat +zcount +zremrangebyscore +zrangebyscore +info"
-	var args []any
-	for _, f := range strings.Fields(line) {
-		args = append(args, f)
-	}
-	if err := admin.Do(ctx(t), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	runLine(t, admin, "ACL SETUSER dlock on >PASSWORD resetkeys ~dlock:* resetchannels &dlock:inbox:* &dlock:leader:* -@all +evalsha +eval +subscribe +ping +get +set +del +incr +pexpire +pttl +time +zscore +hexists +zadd +hset +zrem +hdel +zpopmin +hget +publish +zrange +zcard +hgetall +pexpireat +zcount +zremrangebyscore +zrangebyscore +info")
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "dlock", Password: "PASSWORD"})
 	defer c.Close()
 	l := newLocker(t, c, dlock.WithReplicaAck(1))

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -90,7 +89,7 @@ func TestScriptCommandsSinceMinimum(t *testing.T) {
 			t.Errorf("%s: no 'since' in COMMAND DOCS: %v", cmd, raw)
 			continue
 		}
-		if versionLess(dlock.MinRedisVersion, since) {
+		if dlock.VersionBelow(dlock.MinRedisVersion, since) {
 			t.Errorf("the scripts call %s, which exists since Redis %s, after the minimum %s", strings.ToUpper(cmd), since, dlock.MinRedisVersion)
 		}
 		for o := range opts {
@@ -99,7 +98,7 @@ func TestScriptCommandsSinceMinimum(t *testing.T) {
 				t.Errorf("%s: option %s is not among its arguments in COMMAND DOCS", strings.ToUpper(cmd), o)
 				continue
 			}
-			if as, _ := field(arg, "since").(string); as != "" && versionLess(dlock.MinRedisVersion, as) {
+			if as, _ := field(arg, "since").(string); as != "" && dlock.VersionBelow(dlock.MinRedisVersion, as) {
 				t.Errorf("the scripts pass %s to %s, which exists since Redis %s, after the minimum %s", o, strings.ToUpper(cmd), as, dlock.MinRedisVersion)
 			}
 		}
@@ -137,22 +136,4 @@ func findToken(args any, tok string) any {
 		}
 	}
 	return nil
-}
-
-// versionLess reports whether version a is below b ("6.2.0" < "7.0.0").
-func versionLess(a, b string) bool {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(pa), len(pb)); i++ {
-		var x, y int
-		if i < len(pa) {
-			x, _ = strconv.Atoi(pa[i])
-		}
-		if i < len(pb) {
-			y, _ = strconv.Atoi(pb[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
 }
