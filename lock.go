@@ -619,7 +619,7 @@ func (k *Lock) tick() {
 // renew is the auto-renewal, run by tick.
 func (k *Lock) renew() {
 	l := k.l
-	if !l.track() {
+	if !l.join(&l.wg) {
 		return
 	}
 	defer l.wg.Done()

@@ -64,7 +64,7 @@ type Locker struct {
 	stopped bool          // Close is waiting for the tracked goroutines
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
-	// calls counts the Acquire and TryAcquire calls under way (see begin),
+	// calls counts the Acquire and TryAcquire calls under way (see join),
 	// so that Close can wait for them to leave the waiting queue.
 	calls sync.WaitGroup
 }
@@ -293,20 +293,21 @@ func waitAtMost(wait func(), d time.Duration) {
 	}
 }
 
-// begin counts an acquisition call as under way (Close waits for it to
-// leave the waiting queue); it reports false once the Locker is closed,
-// and the call must then return ErrClosed. end is deferred after it.
-func (l *Locker) begin() bool {
+// join counts a goroutine's work in wg, which Close waits for: an
+// acquisition call in l.calls (Close waits for it to leave the waiting
+// queue), a renewal in l.wg. It reports false once the Locker is closed, and
+// the work must not start (an acquisition returns ErrClosed); otherwise the
+// caller calls wg.Done when done. (Under l.mu, so that no Add comes after
+// Close began to wait.)
+func (l *Locker) join(wg *sync.WaitGroup) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return false
 	}
-	l.calls.Add(1)
+	wg.Add(1)
 	return true
 }
-
-func (l *Locker) end() { l.calls.Done() }
 
 // spawn runs fn on a goroutine that Close waits for (once Close has begun
 // waiting, on one it does not wait for). Used for clean-up that must not be
@@ -324,18 +325,6 @@ func (l *Locker) spawn(fn func()) {
 		}
 		fn()
 	}()
-}
-
-// track counts a renewal as running, so that Close waits for it; it reports
-// false once the Locker is closed (the renewal must not start).
-func (l *Locker) track() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.wg.Add(1)
-	return true
 }
 
 // nodeErr is node i's failure, for an error message.
@@ -502,10 +491,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
-	if !l.begin() {
+	if !l.join(&l.calls) {
 		return nil, closedErr(key)
 	}
-	defer l.end()
+	defer l.calls.Done()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
 	}
@@ -553,10 +542,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // acquire is Acquire once the options are checked; a follows it for the
 // hook.
 func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acquisition) (*Lock, error) {
-	if !l.begin() {
+	if !l.join(&l.calls) {
 		return nil, closedErr(key)
 	}
-	defer l.end()
+	defer l.calls.Done()
 	// The uncontended path: in a Locker that has never had to wait, with
 	// no goroutine of it waiting for the key, a first attempt needs none of
 	// the waiting machinery (it could not register as a waiter anyway: the
