@@ -246,6 +246,9 @@ func (c *cleaner) setStopped() {
 	c.notifySettled()
 }
 
+// closingTimeout bounds a clean-up release while the Locker is closing.
+const closingTimeout = 200 * time.Millisecond
+
 // settle waits, for Close, until the cleaner has run every job that is due
 // (removals of the registrations of waiters that left, releases and
 // tombstones after unanswered commands), or stopped, or a release went
@@ -298,6 +301,12 @@ func (c *cleaner) releaseOnce(j *cleanup, wake, bury bool) (answered, drop bool)
 	timeout := maxNodeTimeout
 	if j.ttl > 0 {
 		timeout = max(l.nodeTimeout(j.ttl), 100*time.Millisecond)
+	}
+	if l.isClosed() {
+		// Close waits for this: a node that answers answers in
+		// milliseconds, and one that does not (frozen) must not hold Close
+		// for a whole node timeout.
+		timeout = min(timeout, closingTimeout)
 	}
 	// Call bounds it by timeout; l.bg ends it at Close. (No deadline of its
 	// own: the call can then run inline, through the node's batcher, after

@@ -201,7 +201,8 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 // registrations from the waiting queues and to release what is due (keys
 // that unanswered commands may have left, with their tombstones), up to
 // three node timeouts in all (each at least 100ms), less once a node leaves
-// a release unanswered; then it unsubscribes and stops the clean-up. What
+// a release unanswered for 200ms; then it unsubscribes and stops the
+// clean-up. What
 // is left then (on a node that did not answer) expires: a key after its
 // TTL, a registration after its lease (3 minutes), and meanwhile releases
 // pass over a registration whose Locker no longer listens (but on a
