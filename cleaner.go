@@ -148,10 +148,6 @@ func (c *cleaner) dropOldest() {
 func (c *cleaner) next() (j *cleanup, wait time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.jobs) == 0 {
-		c.setStopped()
-		return nil, 0, false
-	}
 	now := time.Now()
 	wait = time.Hour
 	closing := c.l.isClosed()

@@ -350,3 +350,22 @@ func TestACLFromREADME(t *testing.T) {
 		t.Errorf("the ACL log has denials: %v", denied)
 	}
 }
+
+// TestRefusedWithoutRetries backs the README: a client that does not retry
+// (MaxRetries: -1) reports a Redis that refuses connections as refused, on
+// every go-redis version (v9.23 retries the dial, but not past its own
+// attempts), not as a deadline.
+func TestRefusedWithoutRetries(t *testing.T) {
+	dead := dlocktest.Start(t)
+	addr := dead.Addr()
+	if err := dead.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	l := newLocker(t, c)
+	_, err := l.TryAcquire(ctx(t), "k")
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("TryAcquire on a Redis that refuses connections: %v, want ErrUnavailable saying connection refused", err)
+	}
+}

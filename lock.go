@@ -528,6 +528,22 @@ func (k *Lock) cleanNode(i int, bury bool) {
 	k.l.clean(i, k.names, k.token, k.ttl, bury, at, true)
 }
 
+// cleanLeftovers has node i cleaned up after the lock's death: where a
+// command of the lock may still run, burying the token (even where a
+// release was answered: the command may come after it; see cleaner); where
+// the key may hold the token, unless released (a release answered there).
+// k.mu is held.
+func (k *Lock) cleanLeftovers(i int, released bool) {
+	n := &k.nodes[i]
+	switch {
+	case n.unknown > 0:
+		k.cleanNode(i, true)
+	case released:
+	case !n.until.IsZero() || n.mayHold:
+		k.cleanNode(i, false)
+	}
+}
+
 // computeValidity is the time until which a quorum of nodes is known to hold
 // the key; k.mu is held.
 func (k *Lock) computeValidity() time.Time {
@@ -689,13 +705,8 @@ func (k *Lock) markLost(cause error) {
 	k.lost = true
 	close(k.lostCh)
 	k.stopTimers()
-	for i, n := range k.nodes {
-		switch {
-		case n.unknown > 0:
-			k.cleanNode(i, true)
-		case !n.until.IsZero() || n.mayHold:
-			k.cleanNode(i, false)
-		}
+	for i := range k.nodes {
+		k.cleanLeftovers(i, false)
 	}
 	fns := k.onLostFns
 	k.onLostFns = nil
@@ -919,18 +930,8 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 		answered[r.Node] = r.Err == nil
 	}
 	k.mu.Lock()
-	for i, nl := range k.nodes {
-		switch {
-		case answered[i] && nl.unknown > 0:
-			// The release ran, but a command that may still run must be
-			// refused when it does (see cleaner).
-			k.cleanNode(i, true)
-		case answered[i]:
-		case nl.unknown > 0:
-			k.cleanNode(i, true)
-		case !nl.until.IsZero() || nl.mayHold:
-			k.cleanNode(i, false)
-		}
+	for i := range k.nodes {
+		k.cleanLeftovers(i, answered[i])
 	}
 	k.mu.Unlock()
 	switch class := o.class(ErrNotHeld); class {

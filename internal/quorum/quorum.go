@@ -427,17 +427,12 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 		return r, true, false
 	case <-ctx.Done():
 	}
-	// An answer that arrives together with the deadline still counts: give
-	// it a moment (a client that retries its dials, as newer go-redis
-	// versions do, returns the dial's own error, "connection refused", as
-	// the deadline ends them).
-	grace := time.NewTimer(lateGrace)
+	// An answer that arrived together with the deadline still counts.
 	select {
 	case r = <-ch:
-		grace.Stop()
 		cancel()
 		return r, true, false
-	case <-grace.C:
+	default:
 	}
 	r.Err = ctx.Err()
 	cancel()
@@ -446,10 +441,6 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	return r, false, false
 }
-
-// lateGrace is how long a call on a worker waits, after its deadline, for
-// an answer that is on its way.
-const lateGrace = 2 * time.Millisecond
 
 // isTimeout reports whether err is a socket deadline that passed: the call
 // got no answer in time.
