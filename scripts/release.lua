@@ -163,14 +163,15 @@ if redis.call('PTTL', KEYS[7]) > life then
   redis.call('PEXPIRE', KEYS[7], life)
 end
 if nxt then
-  -- The stand-in: the next live registration that hears of it; those
-  -- nobody hears are dropped on the way.
+  -- The stand-in: the next registration that hears of it; those nobody
+  -- hears are dropped on the way. (Its lease is not read: one that ran out
+  -- is dropped by the release that pops it.)
   for _ = 1, 16 do
     local after = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not after then
       break
     end
-    if live(after) and tell(after, 's') then
+    if tell(after, 's') then
       break
     end
     redis.call('ZREM', KEYS[2], after)
