@@ -174,6 +174,26 @@ func (p *proc) waitLine(t *testing.T, want string) {
 	}
 }
 
+// waitPrefix waits for a line of output that begins with prefix and
+// returns the rest of it.
+func (p *proc) waitPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("output ended before a line %q…; stderr: %s", prefix, p.stderr.String())
+			}
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return rest
+			}
+		case <-timeout:
+			t.Fatalf("no line %q… within 20s; stderr: %s", prefix, p.stderr.String())
+		}
+	}
+}
+
 // waitEOF returns the rest of the output once every holder of the pipe has
 // exited.
 func (p *proc) waitEOF(t *testing.T, within time.Duration) []string {
@@ -305,7 +325,7 @@ func TestRunLockLostKillsProcessGroup(t *testing.T) {
 	s := dlocktest.Start(t)
 	// A background grandchild holds stdout too: EOF means the whole group
 	// is gone.
-	p := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", "--kill-grace", "30s", "job", "--",
+	p := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", "--kill-grace", "500ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo ready; wait")
 	p.waitLine(t, "ready")
 	n, err := newLocker(t, s).ForceRelease(context.Background(), "job")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -87,6 +88,13 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--wait %s is negative", *wait)
 	case *grace < 0:
 		return c.usageError("run", "--kill-grace %s is negative", *grace)
+	case *grace > maxGrace(*ttl):
+		if !flagSet(fset, "kill-grace") {
+			*grace = maxGrace(*ttl) // the default, cut to fit a short TTL
+			break
+		}
+		return c.usageError("run", "--kill-grace %s does not fit --ttl %s: at most %s (half the TTL), so that a renewal that is merely due does not stop the command",
+			*grace, *ttl, maxGrace(*ttl))
 	case *limit < 1:
 		return c.usageError("run", "--limit %d: at least one copy must be allowed to run", *limit)
 	}
@@ -128,6 +136,34 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		c.debugf("released %q", key)
 	}
 	return status
+}
+
+// maxGrace is the longest --kill-grace that fits ttl: half of it. A lock
+// is renewed every TTL/3, and the command is stopped once the validity left
+// (at most TTL less the drift, just after a renewal) is down to the grace:
+// with half the TTL, a renewal has TTL/6 to be confirmed before a healthy
+// lock's command would be stopped.
+func maxGrace(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// killMargin is how long before the end of the lock's validity the command
+// gets SIGKILL when renewals go unconfirmed: at least the margin by which
+// the library reports Lost early (TTL/20, at most 50ms), so that the
+// command has its whole grace between SIGTERM and SIGKILL.
+const killMargin = 50 * time.Millisecond
+
+// earlier is the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fset interface{ Visit(func(*flag.Flag)) }, name string) bool {
+	set := false
+	fset.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // defaultMetadata says who holds a lock taken by dlock run: the host, the
@@ -214,9 +250,11 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 	return nil, exitNotAcquired
 }
 
-// supervise runs the command and waits for three things at once: its exit,
-// a signal to forward, and the loss of the lock. It returns the command's
-// exit status, and whether the lock was lost while it ran.
+// supervise runs the command and waits for four things at once: its exit,
+// a signal to forward, the lock's validity running down to the grace
+// without a confirmed renewal, and the loss of the lock. It returns the
+// command's exit status, and whether the lock was lost (or could have
+// expired within the grace) while it ran.
 func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) (status int, lost bool) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
@@ -335,18 +373,23 @@ waitStart:
 		_ = syscall.Kill(target, s.(syscall.Signal))
 	}
 
-	// terminate sends SIGTERM to the group now and SIGKILL at killAt (or
-	// earlier, if an earlier kill is already due).
+	// terminate sends SIGTERM to the group, unless it was sent already, and
+	// SIGKILL at killAt (or earlier, if an earlier kill is already due).
 	var killTimer *time.Timer
 	var killC <-chan time.Time
 	var killAt time.Time
+	terminated := false
 	terminate := func(at time.Time) {
-		_ = syscall.Kill(target, syscall.SIGTERM)
-		if interactive {
-			// The whole job, so that what the command started stops too
-			// (dlock gets it as well, and forwards it once more to the
-			// command); SIGKILL, below, reaches the command only.
-			_ = syscall.Kill(0, syscall.SIGTERM)
+		if !terminated {
+			terminated = true
+			_ = syscall.Kill(target, syscall.SIGTERM)
+			if interactive {
+				// The whole job, so that what the command started stops
+				// too (dlock gets it as well, and forwards it once more
+				// to the command); SIGKILL, below, reaches the command
+				// only.
+				_ = syscall.Kill(0, syscall.SIGTERM)
+			}
 		}
 		if !killAt.IsZero() && !at.Before(killAt) {
 			return
@@ -371,12 +414,37 @@ waitStart:
 		}
 	}()
 
+	// The grace is kept while renewals go unconfirmed: risk fires when the
+	// validity left is down to the grace (and killMargin); if no renewal
+	// moved it meanwhile, the command gets SIGTERM then and SIGKILL at
+	// killMargin before the validity ends. A confirmed renewal only moves
+	// the timer on: it fires at most once per renewal.
+	riskAt := func() time.Time { return lock.ValidUntil().Add(-grace - killMargin) }
+	risk := time.NewTimer(time.Until(riskAt()))
+	defer risk.Stop()
+	riskC := risk.C
+
 	lostC, ctxDone := lock.Lost(), ctx.Done()
 loop:
 	for {
 		select {
 		case <-exited:
 			break loop
+		case <-riskC:
+			v := lock.ValidUntil()
+			if v.IsZero() {
+				riskC = nil // a quorum said it is gone: Lost, below
+				continue
+			}
+			if d := time.Until(riskAt()); d > 0 {
+				risk.Reset(d)
+				continue
+			}
+			riskC, lost = nil, true
+			at := earlier(time.Now().Add(grace), v.Add(-killMargin))
+			c.errorf("renewals of the lock %q went unconfirmed; it could expire in %s: stopping the command (SIGTERM now, SIGKILL in %s)",
+				lock.Key(), max(time.Until(v), 0).Round(time.Millisecond), max(time.Until(at), 0).Round(time.Millisecond))
+			terminate(at)
 		case <-tstp:
 			// The command got the SIGTSTP too, and stops by default.
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
@@ -393,15 +461,21 @@ loop:
 			c.debugf("stopping the command: SIGTERM now, SIGKILL in %s", grace)
 			terminate(time.Now().Add(grace))
 		case <-lostC:
-			lostC, lost = nil, true
+			lostC, riskC = nil, nil
 			// SIGKILL after the grace, but never once the lock could have
 			// expired: another host may start the same job from then on.
-			at := time.Now().Add(grace)
-			if v := lock.ValidUntil(); v.Before(at) {
-				at = v
+			// A lock that a quorum said is gone (released with --force,
+			// taken by another token) has no validity left: SIGKILL now.
+			at := earlier(time.Now().Add(grace), lock.ValidUntil())
+			switch {
+			case lost:
+				c.errorf("lost the lock %q while the command stopped; SIGKILL in %s",
+					lock.Key(), max(time.Until(earlier(at, killAt)), 0).Round(time.Millisecond))
+			default:
+				c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
+					lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
 			}
-			c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
-				lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
+			lost = true
 			terminate(at)
 		case <-killC:
 			killC = nil

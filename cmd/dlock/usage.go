@@ -82,10 +82,14 @@ it: its lock will expire and another host will start the same job (Linux: the
 parent-death signal; other Unixes: a guard process in COMMAND's group, which
 kills the group when dlock is gone).
 
-If the lock is lost while COMMAND runs (Redis unreachable for longer than the
-lock's validity, or an administrator's release --force), the process group
-gets SIGTERM at once and SIGKILL after --kill-grace, both before the lock can
-have expired in Redis.
+While renewals go unconfirmed (Redis down, frozen or unreachable), COMMAND
+is stopped before the lock could expire: its process group gets SIGTERM once
+the validity left is down to --kill-grace, and SIGKILL 50ms before the
+validity ends, so COMMAND has its whole grace to clean up and is gone before
+another host can take the lock (exit 76). A renewal confirmed before then
+keeps it running. If the lock is already gone (an administrator's release
+--force, or a renewal refused because another process holds the key), another
+host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
 
 When stdin is a terminal, dlock behaves like flock(1) under a shell: COMMAND
 stays in dlock's process group (the terminal's foreground job), so it can
@@ -102,8 +106,9 @@ Flags:
         How long to wait for the lock (default 0: try once). A waiter is woken
         by the holder's release, not by polling.
     --kill-grace DURATION
-        Time between SIGTERM and SIGKILL when the lock is lost (default 5s),
-        never past the moment the lock could expire.
+        Time between SIGTERM and SIGKILL when the lock could expire (default
+        5s, or half of --ttl if that is less; at most half of --ttl, so that
+        a renewal merely due does not stop COMMAND).
     --metadata TEXT
         Who holds the lock, shown by dlock status (at most 1024 bytes;
         default "host=HOST pid=PID cmd=COMMAND", the command's name without
@@ -118,7 +123,8 @@ Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
     75             the lock was held elsewhere for all of --wait; COMMAND did not
                    run (silent with -q)
-    76             the lock was lost while COMMAND ran; COMMAND was stopped
+    76             the lock was lost, or could have expired within --kill-grace,
+                   while COMMAND ran; COMMAND was stopped
     64             usage error: bad flags, Redis URL, KEY or COMMAND missing
     69             too few Redis nodes answered (down, frozen, unreachable), for
                    all of --wait; printed also with -q
