@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +258,25 @@ func TestClusterSemaphoreAndElection(t *testing.T) {
 	k.Release(ctx(t))
 	if ld := <-obs; ld != (dlock.Leader{}) {
 		t.Fatalf("after the resignation: %+v", ld)
+	}
+}
+
+// TestPlainClientToClusterNode: a plain client to a node of a Cluster gets
+// ErrMisconfigured for a key of another node's slot, and the error says
+// what to do (a Cluster client), not only MOVED.
+func TestPlainClientToClusterNode(t *testing.T) {
+	cluster := dlocktest.StartCluster(t, 3)
+	cc := cluster.Client()
+	defer cc.Close()
+	other := keyOn(t, cc, cluster.Servers[1].Addr(), "elsewhere")
+	plain := cluster.Servers[0].Client()
+	defer plain.Close()
+	_, err := newLocker(t, plain).TryAcquire(ctx(t), other)
+	var ne *dlock.NodeError
+	if !errors.Is(err, dlock.ErrMisconfigured) || !errors.As(err, &ne) {
+		t.Fatalf("TryAcquire of a key on another node: %v, want ErrMisconfigured naming the node", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "MOVED") || !strings.Contains(msg, "redis.ClusterClient") {
+		t.Errorf("the error does not say to use a Cluster client: %q", msg)
 	}
 }

@@ -327,8 +327,14 @@ func (l *Locker) spawn(fn func()) {
 	}()
 }
 
-// nodeErr is node i's failure, for an error message.
+// nodeErr is node i's failure, for an error message. A plain client that
+// reached a node of a Cluster is told what to use instead: it gets MOVED
+// only for the keys of the other nodes' slots, so that some keys work and
+// others do not.
 func (l *Locker) nodeErr(i int, err error) error {
+	if !l.nodes[i].Cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CROSSSLOT")) {
+		err = fmt.Errorf("%w (the server is a node of a Redis Cluster, which a plain client reaches only for the keys of its own slots: give dlock a *redis.ClusterClient, from redis.NewClusterClient)", err)
+	}
 	return &NodeError{Addr: l.nodes[i].Addr, Err: err}
 }
 

@@ -102,6 +102,9 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		return code
 	}
 	defer t.Close()
+	if code := c.inspected(t); code >= 0 {
+		return code
+	}
 	if watch {
 		return c.watchStatus(ctx, t, key, *asJSON, *interval)
 	}
@@ -251,6 +254,9 @@ func (c *cli) release(ctx context.Context, args []string) int {
 		return code
 	}
 	defer t.Close()
+	if code := c.inspected(t); code >= 0 {
+		return code
+	}
 	// What is about to be deleted, to say so; a snapshot, best effort.
 	st, _ := t.locker.Status(ctx, key)
 	n, err := t.locker.ForceRelease(ctx, key)

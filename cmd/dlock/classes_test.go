@@ -118,7 +118,9 @@ func TestKeyBeforeDashes(t *testing.T) {
 }
 
 // TestFrozenRedisBound: against a frozen Redis, a refusal takes at most
-// --wait plus one node timeout (1s at the default TTL), and exits 69.
+// --wait plus two node timeouts (1s each at the default TTL: the attempt,
+// then the clean-up of what it may have set, which Close waits for), and
+// exits 69 (docs/reliability.md, C26).
 func TestFrozenRedisBound(t *testing.T) {
 	t.Parallel()
 	s := dlocktest.Start(t)
@@ -133,9 +135,10 @@ func TestFrozenRedisBound(t *testing.T) {
 		if code != exitUnavailable {
 			t.Errorf("--wait %s on a frozen Redis: exit %d, want %d", wait, code, exitUnavailable)
 		}
-		// The bound is wait + 1s; the slack is for a loaded machine.
-		if limit := wait + time.Second + 1500*time.Millisecond; el > limit {
-			t.Errorf("--wait %s on a frozen Redis took %s, more than --wait plus one node timeout", wait, el.Round(time.Millisecond))
+		// The bound is wait + 2s; the slack is for a loaded machine.
+		t.Logf("--wait %s on a frozen Redis: exit %d after %s", wait, code, el.Round(time.Millisecond))
+		if limit := wait + 2*time.Second + 1500*time.Millisecond; el > limit {
+			t.Errorf("--wait %s on a frozen Redis took %s, more than --wait plus two node timeouts", wait, el.Round(time.Millisecond))
 		}
 	}
 }

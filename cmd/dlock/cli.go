@@ -267,11 +267,20 @@ type target struct {
 	clients []redis.UniversalClient
 	names   []string // the URLs, passwords redacted
 	kind    string   // "" (one server or a Redlock), "cluster" or "sentinel"
-	// tlsWithoutCert: TLS URLs, and no client certificate.
-	tlsWithoutCert bool
+	// tlsWithoutCert: TLS URLs, and no client certificate; plainText: a
+	// redis:// URL (no TLS).
+	tlsWithoutCert, plainText bool
+	// inspection is closed once inspect, started by open, has set wrong
+	// (a mistake in the URLs, nil if none) and its hint.
+	inspection chan struct{}
+	wrong      error
+	hint       string
 }
 
 func (t *target) Close() {
+	if t.inspection != nil {
+		<-t.inspection // bounded by its timeout
+	}
 	_ = t.locker.Close()
 	t.closeClients()
 }
@@ -324,6 +333,9 @@ func (r *redisFlags) open() (*target, error) {
 		}
 		if opt.TLSConfig != nil && (tlsCfg == nil || len(tlsCfg.Certificates) == 0) {
 			t.tlsWithoutCert = true
+		}
+		if opt.TLSConfig == nil {
+			t.plainText = true
 		}
 		if opt.TLSConfig != nil && tlsCfg != nil {
 			// No ServerName: each dial checks the host it dials (also an
@@ -391,13 +403,24 @@ func (c *cli) open(ctx context.Context, sub string, rf *redisFlags) (*target, in
 	if err != nil {
 		return nil, c.usageError(sub, "%s", err)
 	}
-	if err := t.distinct(ctx); err != nil {
-		t.Close()
-		c.errorf("%s", err)
-		c.hintf("give each independent master once")
-		return nil, exitConfig
-	}
+	t.inspection = make(chan struct{})
+	go func() {
+		defer close(t.inspection)
+		t.hint, t.wrong = t.inspect(ctx)
+	}()
 	return t, -1
+}
+
+// inspected waits for the inspection of the URLs that open started (see
+// inspect), and reports a mistake it found as exit 78; else it returns -1.
+func (c *cli) inspected(t *target) int {
+	<-t.inspection
+	if t.wrong == nil {
+		return -1
+	}
+	c.errorf("%s", t.wrong)
+	c.hintf("%s", t.hint)
+	return exitConfig
 }
 
 // parseURL parses one Redis URL; errors name it with its password redacted.
@@ -450,41 +473,67 @@ func (r *redisFlags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// distinct refuses a Redlock whose URLs reach the same server under two
-// names (127.0.0.1:P and localhost:P): its run id tells. A node that does
-// not answer within the timeout is not checked.
-func (t *target) distinct(ctx context.Context) error {
-	if t.kind != "" || len(t.clients) < 2 {
-		return nil
+// inspect refuses, before any lock command is sent, two mistakes that
+// would otherwise show only for some keys or some of the time: a plain URL
+// to a node of a Redis Cluster (it would answer for the keys of its own
+// slots and MOVED for the others), and a Redlock whose URLs reach the same
+// server under two names (127.0.0.1:P and localhost:P: its run id tells).
+// It reads INFO once from each URL; a node that does not answer within the
+// timeout, or refuses INFO, is not checked (the lock's commands report it).
+// It returns a hint with the error.
+func (t *target) inspect(ctx context.Context) (hint string, err error) {
+	if t.kind != "" {
+		return "", nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	ids := make([]string, len(t.clients))
+	infos := make([]string, len(t.clients))
 	var wg sync.WaitGroup
 	for i, c := range t.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			info, err := c.Info(ctx, "server").Result()
-			if err != nil {
-				return
+			// INFO without a section: the default sections hold both
+			// (several sections in one INFO need Redis 7). The client's
+			// own read timeout (3s by default) would hold a connection
+			// to a frozen server past the context's deadline.
+			if cl, ok := c.(*redis.Client); ok {
+				c = cl.WithTimeout(inspectTimeout)
 			}
-			for _, line := range strings.Split(info, "\n") {
-				if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-					ids[i] = id
-				}
-			}
+			infos[i], _ = c.Info(ctx).Result()
 		}()
 	}
 	wg.Wait()
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		if infoField(info, "cluster_enabled") == "1" {
+			return "add --cluster: the URLs are then seed nodes of the Cluster, and every key goes to its master",
+				fmt.Errorf("the server at %s is a node of a Redis Cluster, and a plain URL reaches only its own slots", t.names[i])
+		}
+		ids[i] = infoField(info, "run_id")
+	}
 	for i := range ids {
 		for j := range i {
 			if ids[i] != "" && ids[i] == ids[j] {
-				return fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[j], t.names[i], ids[i])
+				return "give each independent master once",
+					fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[j], t.names[i], ids[i])
 			}
 		}
 	}
-	return nil
+	return "", nil
+}
+
+// inspectTimeout bounds inspect: the node timeout of the default TTL.
+const inspectTimeout = time.Second
+
+// infoField is the value of field in INFO's text, or "".
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func (t *target) closeClients() {
@@ -544,11 +593,16 @@ func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 		if !hint {
 			return exitUnavailable
 		}
-		if t.tlsWithoutCert && (strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")) {
+		dropped := strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")
+		switch {
+		case dropped && t.tlsWithoutCert:
 			// With TLS 1.3 a server that requires a client certificate
 			// may close the connection before its alert is read.
 			c.hintf("if the server requires a client certificate (tls-auth-clients yes), give it with --tls-cert FILE --tls-key FILE")
-		} else {
+		case dropped && t.plainText:
+			// A TLS port drops a plain-text client.
+			c.hintf("if the server's port speaks TLS, write rediss:// instead of redis://")
+		default:
 			c.hintf("check --redis or $DLOCK_REDIS, and that the server is up and answering")
 		}
 		return exitUnavailable
@@ -577,7 +631,7 @@ func configHint(err error) string {
 	case has("WRONGTYPE"):
 		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
 	case has("MOVED", "CROSSSLOT", "ASK "):
-		return "the server is a node of a Redis Cluster, which a single-server URL cannot use"
+		return "the server is a node of a Redis Cluster, which a plain URL reaches only for the keys of its own slots: add --cluster"
 	case has("DB index"):
 		return "the database number in the URL (redis://HOST:PORT/DB) does not exist on the server"
 	case has("certificate required", "bad certificate", "unknown certificate"):

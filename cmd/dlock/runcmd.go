@@ -209,21 +209,36 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		done <- result{k, err}
 	}()
 
+	// The inspection of the URLs (see target.inspect) runs meanwhile: a
+	// mistake it finds ends the wait, and the command does not run.
 	var r result
 	var sig os.Signal
-	select {
-	case r = <-done:
-	case sig = <-sigs:
-		cancel()
-		r = <-done
-	case <-ctx.Done():
-		sig = syscall.SIGTERM
-		cancel()
-		r = <-done
+	inspection := t.inspection
+	for got := false; !got; {
+		select {
+		case r = <-done:
+			got = true
+		case sig = <-sigs:
+			cancel()
+			r, got = <-done, true
+		case <-ctx.Done():
+			sig = syscall.SIGTERM
+			cancel()
+			r, got = <-done, true
+		case <-inspection:
+			inspection = nil
+			if t.wrong != nil {
+				cancel()
+				r, got = <-done, true
+			}
+		}
 	}
-	if sig != nil {
+	if code := c.inspected(t); sig != nil || code >= 0 {
 		if r.lock != nil {
 			_ = r.lock.Release(context.WithoutCancel(ctx))
+		}
+		if sig == nil {
+			return nil, code
 		}
 		c.notef("%s while waiting for %q; the command did not run", signalName(sig), key)
 		return nil, 128 + int(sig.(syscall.Signal))

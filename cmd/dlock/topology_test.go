@@ -38,11 +38,12 @@ func TestTLS(t *testing.T) {
 		// The server's alert (78) or, with TLS 1.3, a reset before it is
 		// read (69): both say what to do.
 		{"mutual TLS without a client certificate", []string{"--redis", url(mutual), "--tls-ca", files.CA}, exitConfig, "client certificate"},
+		{"redis:// to a TLS port", []string{"--redis", "redis://" + plain.TLSAddr()}, exitUnavailable, "write rediss://"},
 		{"TLS flags with redis://", []string{"--redis", plain.URL(), "--tls-ca", files.CA}, exitUsage, "need a rediss:// URL"},
 		{"a key without its certificate", []string{"--redis", url(plain), "--tls-key", files.ClientKey}, exitUsage, "go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append(append([]string{"run", "-q"}, tc.flags...), "job", "--", "true")
+			args := append(append([]string{"run"}, tc.flags...), "job", "--", "true")
 			code, _, stderr := dlockRun(t, args...)
 			if tc.code == exitConfig && code == exitUnavailable && strings.Contains(tc.name, "mutual") {
 				code = exitConfig
@@ -166,5 +167,27 @@ func TestRestrictedUser(t *testing.T) {
 				t.Errorf("dlock %s as the restricted user: exit %d, %s", args[0], code, stderr)
 			}
 		}
+	}
+}
+
+// TestPlainURLToClusterNode: a plain URL to a node of a Cluster is refused
+// for every key alike (exit 78, a hint naming --cluster), whichever master
+// the key's slot is on; with --cluster the same URL works.
+func TestPlainURLToClusterNode(t *testing.T) {
+	t.Parallel()
+	cluster := dlocktest.StartCluster(t, 3)
+	url := cluster.Servers[0].URL()
+	for _, key := range []string{"a", "b", "c", "d", "e", "f", "job", "export"} {
+		code, stdout, stderr := dlockRun(t, "run", "--redis", url, key, "--", "echo", "ran")
+		if code != exitConfig || !strings.Contains(stderr, "--cluster") || stdout != "" {
+			t.Errorf("key %q through a plain URL to a Cluster node: exit %d, stdout %q, stderr %q; want %d, a hint naming --cluster, and no run",
+				key, code, stdout, stderr, exitConfig)
+		}
+	}
+	if code, _, stderr := dlockRun(t, "status", "--redis", url, "job"); code != exitConfig || !strings.Contains(stderr, "--cluster") {
+		t.Errorf("dlock status through a plain URL to a Cluster node: exit %d, stderr %q", code, stderr)
+	}
+	if code, stdout, _ := dlockRun(t, "run", "--cluster", "--redis", url, "job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("with --cluster: exit %d, stdout %q", code, stdout)
 	}
 }
