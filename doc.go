@@ -230,7 +230,7 @@
 // sorted set of the holders' tokens, scored by their expiry on the server's
 // clock, pruned on every script run, with the limit in "dlock:{K}:limit"; the
 // same three scripts serve locks and semaphores, and a holder with another
-// limit is refused ([ErrInvalid]). Each holder gets a [Lock] of its own, with
+// limit is refused ([ErrMisconfigured]: the fleet's copies disagree). Each holder gets a [Lock] of its own, with
 // the same renewal, Lost signal, fencing (one counter for all permits) and
 // waiting as a lock. Over NewRedlock's N masters a permit needs
 // ⌊N·n/(n+1)⌋+1 grants: each master grants at most n permits, so n+1 holders

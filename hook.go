@@ -169,9 +169,9 @@ const (
 	ResultTimeout       = "timeout"       // the caller's deadline passed first, typically while it waited for a busy lock
 	ResultCanceled      = "canceled"      // the caller's context was cancelled first
 	ResultUnavailable   = "unavailable"   // ErrUnavailable: too few nodes answered (also when the context ended meanwhile)
-	ResultMisconfigured = "misconfigured" // ErrMisconfigured
+	ResultMisconfigured = "misconfigured" // ErrMisconfigured, also a key held with another limit (WithLimit)
 	ResultClosed        = "closed"        // ErrClosed: the Locker was closed
-	ResultInvalid       = "invalid"       // ErrInvalid: the key is held with another limit (WithLimit)
+	ResultInvalid       = "invalid"       // ErrInvalid alone; dlock's events give none (a key held with another limit is ResultMisconfigured)
 )
 
 // Result classifies an EventAcquired, an EventRefused or an EventAttempt

@@ -987,7 +987,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		switch {
 		case r.Err != nil:
 			if held, ok := limitMismatch(r.Err); ok && res.limitErr == nil {
-				res.limitErr = invalid("%q is held with limit %s, asked with limit %d", key, held, max(cfg.limit, 1))
+				res.limitErr = limitError(key, held, max(cfg.limit, 1))
 			}
 			res.failed(l, r.Node, r.Err)
 		case r.Val.ok:
@@ -1254,6 +1254,24 @@ func limitMismatch(err error) (held string, ok bool) {
 		held = "above 1" // a semaphore whose limit key was lost
 	}
 	return held, true
+}
+
+// limitError is the error of an acquisition of key with limit asked while
+// its holders use limit held. The copies of a fleet disagree: it is
+// ErrMisconfigured (waiting cannot fix it), and also wraps ErrInvalid (the
+// caller's WithLimit is the one that differs from the holders').
+func limitError(key, held string, asked int) error {
+	return &limitMismatchError{fmt.Sprintf("%s: %q is held with limit %s, asked with limit %d: every holder of a key must give the same limit",
+		ErrMisconfigured.Error(), key, held, asked)}
+}
+
+type limitMismatchError struct{ msg string }
+
+func (e *limitMismatchError) Error() string { return e.msg }
+
+// Is matches ErrMisconfigured and ErrInvalid.
+func (e *limitMismatchError) Is(target error) bool {
+	return target == ErrMisconfigured || target == ErrInvalid
 }
 
 // errNotAcked fails a node's grant or renewal that too few replicas

@@ -196,8 +196,10 @@ func WithMetadata(s string) LockOption {
 // permit whose holder died comes back when its TTL runs out, on the
 // server's clock. Every holder of a key must use the same limit: asking
 // with another one than the current holders use (a lock and a semaphore, or
-// two limits) returns at once an error wrapping ErrInvalid that names both,
-// and changes nothing. n < 1 is an error wrapping ErrInvalid.
+// two limits) returns at once an error that names both and changes
+// nothing: the copies of a fleet disagree, so it is ErrMisconfigured
+// (EventAttempt and EventRefused say ResultMisconfigured; dlock run exits
+// 78), and it matches ErrInvalid too. n < 1 is an error wrapping ErrInvalid.
 //
 // Over NewRedlock's N masters a permit needs more than N·n/(n+1) grants, not
 // a majority: otherwise n+1 holders could each hold a majority (3 masters,

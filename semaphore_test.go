@@ -111,9 +111,41 @@ func TestSemaphoreDeadHolder(t *testing.T) {
 }
 
 // TestSemaphoreLimitMismatch: holders of one key must agree on the limit;
-// asking with another is refused at once with ErrInvalid naming both, and
-// changes nothing.
+// asking with another is refused at once with ErrMisconfigured (the fleet's
+// copies disagree; it also wraps ErrInvalid) naming both, and changes
+// nothing. The hook's events say "misconfigured", the attempt's and the
+// acquisition's alike.
 func TestSemaphoreLimitMismatch(t *testing.T) {
+	t.Run("errors", testSemaphoreLimitMismatch)
+	t.Run("events", func(t *testing.T) {
+		s := dlocktest.Start(t)
+		holder := newLocker(t, s.Client())
+		k, err := holder.TryAcquire(ctx(t), "pool", dlock.WithLimit(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(ctx(t))
+		var mu sync.Mutex
+		results := map[dlock.EventKind]string{}
+		l := newLocker(t, s.Client(), dlock.WithHook(startHook{rec: newRecorder(), event: func(_ context.Context, e dlock.Event) {
+			if r := e.Result(); r != "" {
+				mu.Lock()
+				results[e.Kind] = r
+				mu.Unlock()
+			}
+		}}))
+		if _, err := l.Acquire(ctx(t), "pool", dlock.WithLimit(3)); !errors.Is(err, dlock.ErrMisconfigured) {
+			t.Fatalf("Acquire with another limit: %v, want ErrMisconfigured", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if results[dlock.EventAttempt] != dlock.ResultMisconfigured || results[dlock.EventRefused] != dlock.ResultMisconfigured {
+			t.Errorf("results %v, want %q for the attempt and the acquisition", results, dlock.ResultMisconfigured)
+		}
+	})
+}
+
+func testSemaphoreLimitMismatch(t *testing.T) {
 	s := dlocktest.Start(t)
 	l := newLocker(t, s.Client())
 	c := s.Client()
@@ -128,8 +160,8 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		func() error { _, err := l.Acquire(ctx(t), "mix", dlock.WithLimit(3)); return err },
 	} {
 		err := f()
-		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "limit 1") || !strings.Contains(err.Error(), "limit 3") {
-			t.Errorf("limit 3 on a held lock: %v, want ErrInvalid naming 1 and 3", err)
+		if !errors.Is(err, dlock.ErrMisconfigured) || !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "limit 1") || !strings.Contains(err.Error(), "limit 3") {
+			t.Errorf("limit 3 on a held lock: %v, want ErrMisconfigured naming 1 and 3", err)
 		}
 	}
 	if v, _ := c.Get(ctx(t), "dlock:{mix}").Result(); v != mutex.Token() {
@@ -146,8 +178,8 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		want string
 	}{{nil, "limit 1"}, {[]dlock.LockOption{dlock.WithLimit(5)}, "limit 5"}} {
 		_, err := l.TryAcquire(ctx(t), "mix", tc.opts...)
-		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "limit 3") || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s on a semaphore of 3: %v, want ErrInvalid naming both", tc.want, err)
+		if !errors.Is(err, dlock.ErrMisconfigured) || !strings.Contains(err.Error(), "limit 3") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s on a semaphore of 3: %v, want ErrMisconfigured naming both", tc.want, err)
 		}
 	}
 	if n, _ := c.ZCard(ctx(t), "dlock:{mix}").Result(); n != 1 {

@@ -583,6 +583,11 @@ func (c *cli) redisFailure(t *target, err error) int {
 // once, not at every refresh).
 func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 	switch {
+	case errors.Is(err, dlock.ErrMisconfigured) && errors.Is(err, dlock.ErrInvalid):
+		// A key held with another limit: not Redis' refusal, the fleet's.
+		c.errorf("%s", strings.TrimPrefix(errText(err), "Redis refused the command (misconfigured): "))
+		c.hintf("%s", configHint(err))
+		return exitConfig
 	case errors.Is(err, dlock.ErrMisconfigured):
 		c.errorf("Redis at %s refused dlock's commands: %s", t.describe(), nodeErrorsText(err))
 		c.hintf("%s", configHint(err))
@@ -630,6 +635,8 @@ func configHint(err error) string {
 		return "the Redis user may not run a command, or use a key or channel, that dlock needs: grant it the keys and channels under the prefix (--prefix, default dlock:)"
 	case has("WRONGTYPE"):
 		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
+	case has("is held with limit"):
+		return "every copy that runs under KEY must give the same --limit (without it, 1): KEY is a semaphore of that many permits"
 	case has("MOVED", "CROSSSLOT", "ASK "):
 		return "the server is a node of a Redis Cluster, which a plain URL reaches only for the keys of its own slots: add --cluster"
 	case has("DB index"):

@@ -628,7 +628,7 @@ rmdir "$DIR/$slot"`
 	other := exec.Command(dlockBin, "run", "--redis", s.URL(), "--limit", "3", "two", "--", "true")
 	other.Env = withoutDlockEnv(os.Environ())
 	out, _ := other.CombinedOutput()
-	if code := other.ProcessState.ExitCode(); code != 64 || !strings.Contains(string(out), "limit 2") {
+	if code := other.ProcessState.ExitCode(); code != exitConfig || !strings.Contains(string(out), "limit 2") || !strings.Contains(string(out), "limit 3") || strings.Contains(string(out), "for usage") {
 		t.Errorf("--limit 3 on a key held with --limit 2: exit %d, %s", code, out)
 	}
 }

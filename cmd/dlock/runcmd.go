@@ -246,7 +246,9 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 	switch err := r.err; {
 	case err == nil:
 		return r.lock, exitOK
-	case errors.Is(err, dlock.ErrInvalid):
+	case errors.Is(err, dlock.ErrInvalid) && !errors.Is(err, dlock.ErrMisconfigured):
+		// (A key held with another --limit is both: the fleet's copies
+		// disagree, 78, below.)
 		return nil, c.usageError("run", "%s", errText(err))
 	case !errors.Is(err, dlock.ErrNotAcquired):
 		if code := c.redisFailure(t, err); code >= 0 {

@@ -116,8 +116,8 @@ Flags:
     --limit N
         Run at most N copies at once across the fleet (default 1): KEY is
         then a semaphore of N permits. Every host must give the same N; a
-        different one is refused (exit 64). Over several Redis URLs a permit
-        needs more nodes than a lock: more than nodes·N/(N+1).
+        different one is refused (exit 78, naming both). Over several Redis
+        URLs a permit needs more nodes than a lock: more than nodes·N/(N+1).
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
@@ -131,7 +131,8 @@ Exit status:
     78             Redis refused the commands: wrong password, ACL permission,
                    a value of another type at the lock's key, a Cluster node
                    through a plain URL, a database that does not exist, an
-                   untrusted TLS certificate; printed also with -q
+                   untrusted TLS certificate; or KEY is held with another
+                   --limit; printed also with -q
     126, 127       COMMAND could not be executed, or was not found
 
 Examples:

@@ -62,9 +62,10 @@
 //
 // dlock.result is one of "acquired", "busy" (held by another owner),
 // "timeout" and "canceled" (the context ended while waiting for a held
-// lock), "unavailable" (too few nodes answered), "misconfigured",
-// "closed" (the Locker was closed), "invalid" (the key is held with another
-// WithLimit) or "error"; an attempt's is one of
+// lock), "unavailable" (too few nodes answered), "misconfigured" (also a
+// key held with another WithLimit), "closed" (the Locker was closed),
+// "invalid" (an error wrapping only dlock.ErrInvalid, which dlock's events
+// do not give) or "error"; an attempt's is one of
 // "acquired", "busy", "unavailable", "misconfigured" and "closed".
 // Attributes given with WithAttributes are added to every span and every
 // metric.

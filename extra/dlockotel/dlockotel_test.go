@@ -603,9 +603,9 @@ func TestLostClosed(t *testing.T) {
 	}
 }
 
-// TestInvalidLimit: a key held with another limit is the result "invalid",
-// an error.
-func TestInvalidLimit(t *testing.T) {
+// TestLimitMismatch: a key held with another limit is the result
+// "misconfigured", an error, for the acquisition as for its attempt.
+func TestLimitMismatch(t *testing.T) {
 	e := newEnv(t)
 	s := dlocktest.Start(t)
 	c := s.Client()
@@ -620,15 +620,19 @@ func TestInvalidLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Release(ctx)
-	if _, err := l.Acquire(ctx, "pool"); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("Acquire without the holders' limit: %v, want ErrInvalid", err)
+	if _, err := l.Acquire(ctx, "pool"); !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("Acquire without the holders' limit: %v, want ErrMisconfigured", err)
 	}
 	sp := e.one(dlockotel.SpanAcquire)
-	wantAttr(t, "dlock.acquire", sp.Attributes(), dlockotel.KeyResult, attribute.StringValue("invalid"))
+	wantAttr(t, "dlock.acquire", sp.Attributes(), dlockotel.KeyResult, attribute.StringValue("misconfigured"))
 	if sp.Status().Code != codes.Error {
 		t.Errorf("status %v, want Error", sp.Status())
 	}
-	if got := e.metrics().int("dlock.acquisitions", dlockotel.KeyResult.String(dlockotel.ResultInvalid)); got != 1 {
-		t.Errorf("dlock.acquisitions{invalid} = %d, want 1", got)
+	m := e.metrics()
+	if got := m.int("dlock.acquisitions", dlockotel.KeyResult.String(dlockotel.ResultMisconfigured)); got != 1 {
+		t.Errorf("dlock.acquisitions{misconfigured} = %d, want 1", got)
+	}
+	if got := m.int("dlock.acquire.attempts", dlockotel.KeyResult.String(dlockotel.ResultMisconfigured)); got != 1 {
+		t.Errorf("dlock.acquire.attempts{misconfigured} = %d, want 1", got)
 	}
 }

@@ -26,9 +26,11 @@
 //	    cancelled first;
 //	    "unavailable": too few Redis nodes answered (dlock.ErrUnavailable,
 //	    even when the context ended too); "misconfigured":
-//	    dlock.ErrMisconfigured; "closed": dlock.ErrClosed; "invalid": an
-//	    error wrapping dlock.ErrInvalid (a key held with another WithLimit);
-//	    "error": any other error.
+//	    dlock.ErrMisconfigured, also a key held with another WithLimit;
+//	    "closed": dlock.ErrClosed; "invalid": an error wrapping only
+//	    dlock.ErrInvalid, which dlock's events do not give (the series is
+//	    kept at 0 for dashboards written for v0.1.0); "error": any other
+//	    error.
 //	dlock_acquire_attempts_total{result}        counter
 //	    Acquisition rounds, by result: "acquired", "busy", "unavailable",
 //	    "misconfigured", "closed". A waiting Acquire makes one per wake-up;
