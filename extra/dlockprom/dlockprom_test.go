@@ -583,3 +583,26 @@ func BenchmarkEvent(b *testing.B) {
 		}
 	})
 }
+
+// TestLimitMismatch: a key held with another limit counts as
+// "misconfigured", for the acquisition and for its attempt alike.
+func TestLimitMismatch(t *testing.T) {
+	m, reg := newCollector(t)
+	l, s := single(t, m)
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := s.Client()
+	defer c.Close()
+	holder := dlock.New(c)
+	defer holder.Close()
+	k, err := holder.Acquire(ctx, "pool", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx)
+	if _, err := l.Acquire(ctx, "pool", dlock.WithLimit(3)); !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("Acquire with another limit: %v, want ErrMisconfigured", err)
+	}
+	want(t, reg, 1, "dlock_acquisitions_total", "result", "misconfigured")
+	want(t, reg, 0, "dlock_acquisitions_total", "result", "invalid")
+	want(t, reg, 1, "dlock_acquire_attempts_total", "result", "misconfigured")
+}
