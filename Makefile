@@ -14,8 +14,9 @@ build:
 # The CLI is vetted for macOS too, the library is built for Windows, and
 # the CLI must not link test helpers; the allocation check runs once more
 # without the race detector (which costs go-redis a few allocations), with
-# its real limit; and every module under extra/ (each its own go.mod) is
-# vetted and tested the same way (its allocation checks without -race).
+# its real limit; and every module under extra/, and examples/ (each its
+# own go.mod), is vetted and tested the same way (allocation checks without
+# -race); examples/' test runs each program against a redis-server.
 # The root package's tests also run against the newest go-redis v9
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check.
@@ -30,7 +31,7 @@ test: redis
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -modfile=go.redis-latest.mod . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
-	@for m in extra/*/go.mod; do \
+	@for m in extra/*/go.mod examples/go.mod; do \
 		[ -f "$$m" ] || continue; \
 		d=$$(dirname "$$m"); echo "== $$d"; \
 		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \

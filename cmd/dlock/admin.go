@@ -85,6 +85,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	fs.BoolVar(&watch, "watch", false, "refresh until interrupted")
 	fs.BoolVar(&watch, "w", false, "refresh until interrupted")
 	interval := fs.Duration("interval", time.Second, "time between refreshes, with --watch")
+	held := fs.Bool("held", false, "exit 0 if the lock is held, 3 if it is free")
 	key, code := c.keyArg(fs, args)
 	if code >= 0 {
 		return code
@@ -96,6 +97,8 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		return c.usageError("status", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)
 	case intervalSet && !watch:
 		return c.usageError("status", "--interval goes with --watch: dlock status --watch --interval %s %s", *interval, key)
+	case *held && watch:
+		return c.usageError("status", "--held answers once; it does not go with --watch")
 	}
 	t, code := c.open(ctx, "status", &rf)
 	if t == nil {
@@ -119,13 +122,17 @@ func (c *cli) status(ctx context.Context, args []string) int {
 		c.errorf("status of %q: %s", key, errText(err))
 		return exitFailure
 	}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(out)
-		return exitOK
+	case !c.quiet || !*held:
+		writeStatus(c.stdout, st, out)
 	}
-	writeStatus(c.stdout, st, out)
+	if *held && !st.Held {
+		return exitNotHeld
+	}
 	return exitOK
 }
 

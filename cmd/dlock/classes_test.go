@@ -211,3 +211,30 @@ func TestGuard(t *testing.T) {
 	}
 	p.waitLine(t, "got 1")
 }
+
+// TestStatusHeld: dlock status --held answers "is it held?" by its exit
+// status (0 held, 3 free), silently with -q; not with --watch.
+func TestStatusHeld(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	if code, stdout, _ := dlockRun(t, "status", "-q", "--held", "--redis", s.URL(), "backup"); code != exitNotHeld || stdout != "" {
+		t.Errorf("a free lock: exit %d, stdout %q; want %d and nothing printed", code, stdout, exitNotHeld)
+	}
+	if code, stdout, _ := dlockRun(t, "status", "--held", "--redis", s.URL(), "backup"); code != exitNotHeld || stdout == "" {
+		t.Errorf("a free lock without -q: exit %d, stdout %q; want %d and the status", code, stdout, exitNotHeld)
+	}
+	k, err := newLocker(t, s).TryAcquire(context.Background(), "backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(context.Background())
+	if code, _, _ := dlockRun(t, "status", "-q", "--held", "--redis", s.URL(), "backup"); code != exitOK {
+		t.Errorf("a held lock: exit %d, want 0", code)
+	}
+	if code, _, _ := dlockRun(t, "status", "--redis", s.URL(), "free"); code != exitOK {
+		t.Errorf("without --held, a free lock: exit %d, want 0", code)
+	}
+	if code, _, _ := dlockRun(t, "status", "--held", "--watch", "--redis", s.URL(), "backup"); code != exitUsage {
+		t.Errorf("--held --watch: exit %d, want %d", code, exitUsage)
+	}
+}

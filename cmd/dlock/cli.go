@@ -26,6 +26,7 @@ import (
 const (
 	exitOK          = 0
 	exitFailure     = 1
+	exitNotHeld     = 3  // dlock status --held: the lock is free (LSB's "not running")
 	exitUsage       = 64 // EX_USAGE: bad flags, URLs or arguments
 	exitUnavailable = 69 // EX_UNAVAILABLE: no Redis node could be reached
 	exitNotAcquired = 75 // EX_TEMPFAIL: the lock is held elsewhere; try later

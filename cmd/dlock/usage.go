@@ -168,12 +168,19 @@ Flags:
         on; Redis refusing the commands ends it (78).
     --interval DURATION
         Time between refreshes with --watch (default 1s; more than 0).
+    --held
+        Answer "is it held?" by the exit status: 0 when KEY is held (a
+        semaphore: by at least one holder), 3 when it is free (as LSB's
+        "status" of a service that is not running); with -q, print nothing.
+        Not with --watch.
 ` + redisFlagsUsage + `
-Exit status: 0; 69 when no Redis node answered (not with --watch); 78 when
-Redis refused the commands (see dlock help run); 64 on a usage error.
+Exit status: 0; with --held, 3 when KEY is free; 69 when no Redis node
+answered (not with --watch); 78 when Redis refused the commands (see dlock
+help run); 64 on a usage error.
 
 Examples:
     dlock status backup
+    if dlock status -q --held backup; then echo "a backup is running"; fi
     dlock status --json backup | jq .held
     dlock status --watch --interval 5s backup
     dlock status --watch --json backup | jq -c '{time, held, fence}'
