@@ -222,7 +222,10 @@ func mostCommon(terms map[uint64]int) uint64 {
 // catches a leader that died without resigning (one read per TTL of the
 // leader's lock, at most), and every 15s while there is no leader, in case
 // an announcement was missed. The channel is closed when ctx ends or the
-// Locker is closed; an invalid key closes it at once.
+// Locker is closed; an invalid key, or a closed Locker, closes it at once.
+// Close returns once its observers have ended and given back their pub/sub
+// connections (for at most one node timeout: a frozen node may hold one
+// longer), so that the client can be closed right after it.
 //
 // Changes are kept for a reader that falls behind, up to 64: one further
 // behind loses the oldest of them. Changes are never reordered, and the
@@ -242,7 +245,7 @@ func mostCommon(terms map[uint64]int) uint64 {
 // missed.
 func (l *Locker) Observe(ctx context.Context, key string) <-chan Leader {
 	out := make(chan Leader)
-	if l.checkKey(key) != nil || l.isClosed() {
+	if l.checkKey(key) != nil || !l.join(&l.observers) {
 		close(out)
 		return out
 	}
@@ -325,6 +328,7 @@ func (o *observer) wait(d time.Duration) time.Duration {
 }
 
 func (o *observer) run(ctx context.Context, channel string) {
+	defer o.l.observers.Done()
 	var wg, subscribed sync.WaitGroup
 	for i, ps := range o.subs {
 		wg.Add(1)

@@ -554,3 +554,42 @@ func TestLivenessObserveRefusedChannel(t *testing.T) {
 		t.Error("an observer without the leader channel did not report the new leader")
 	}
 }
+
+// TestLivenessCloseEndsObservers: Close returns once its observers have
+// ended (their channels closed, their pub/sub connections given back), so
+// that closing the client right after Close is clean; also for an
+// observer whose context ended just before Close.
+func TestLivenessCloseEndsObservers(t *testing.T) {
+	for _, cancelFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancel_first_%v", cancelFirst), func(t *testing.T) {
+			s := dlocktest.Start(t)
+			c := s.Client()
+			defer c.Close()
+			l := dlock.New(c)
+			octx, cancel := context.WithCancel(ctx(t))
+			defer cancel()
+			var chans []<-chan dlock.Leader
+			for range 5 {
+				ch := l.Observe(octx, "observed")
+				<-ch // the current leader (none)
+				chans = append(chans, ch)
+			}
+			if cancelFirst {
+				cancel()
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for i, ch := range chans {
+				select {
+				case _, ok := <-ch:
+					if ok {
+						t.Errorf("observer %d: a value after Close", i)
+					}
+				default:
+					t.Errorf("observer %d: its channel is still open after Close returned", i)
+				}
+			}
+		})
+	}
+}

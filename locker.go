@@ -65,8 +65,10 @@ type Locker struct {
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 	// calls counts the Acquire and TryAcquire calls under way (see join),
-	// so that Close can wait for them to leave the waiting queue.
-	calls sync.WaitGroup
+	// so that Close can wait for them to leave the waiting queue;
+	// observers counts the Observe calls whose goroutine still runs, so
+	// that Close can wait for them to give back their connections.
+	calls, observers sync.WaitGroup
 }
 
 // New returns a Locker on one Redis deployment: a standalone server, a
@@ -201,12 +203,13 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 // registrations from the waiting queues and to release what is due (keys
 // that unanswered commands may have left, with their tombstones), up to
 // three node timeouts in all (each at least 100ms), less once a node leaves
-// a release unanswered for 200ms; then it unsubscribes and stops the
-// clean-up. What
-// is left then (on a node that did not answer) expires: a key after its
-// TTL, a registration after its lease (3 minutes), and meanwhile releases
-// pass over a registration whose Locker no longer listens (but on a
-// Cluster: see the package documentation, Closing). A Campaign that acquired its leadership but had not announced
+// a release unanswered for 200ms; then it unsubscribes, waits for the
+// Observe calls to end (their channels close; at most one node timeout
+// more), and stops the clean-up. What is left then (on a node that did not
+// answer) expires: a key after its TTL, a registration after its lease (3
+// minutes), and meanwhile releases pass over a registration whose Locker no
+// longer listens (but on a Cluster: see the package documentation,
+// Closing). A Campaign that acquired its leadership but had not announced
 // it yet returns ErrClosed, and observers are told of no leader.
 //
 // Close returns the errors of releases that could not be confirmed and of
@@ -267,6 +270,8 @@ func (l *Locker) Close() error {
 	for _, s := range l.subs {
 		errs = append(errs, s.close())
 	}
+	// The observers end on l.done; each closes its subscriptions first.
+	waitAtMost(l.observers.Wait, bound)
 	l.mu.Lock()
 	l.stopped = true
 	l.mu.Unlock()
@@ -295,7 +300,7 @@ func waitAtMost(wait func(), d time.Duration) {
 
 // join counts a goroutine's work in wg, which Close waits for: an
 // acquisition call in l.calls (Close waits for it to leave the waiting
-// queue), a renewal in l.wg. It reports false once the Locker is closed, and
+// queue), a renewal in l.wg, an observer in l.observers. It reports false once the Locker is closed, and
 // the work must not start (an acquisition returns ErrClosed); otherwise the
 // caller calls wg.Done when done. (Under l.mu, so that no Add comes after
 // Close began to wait.)
