@@ -252,39 +252,55 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
-// TestACLFromREADME: the README's ACL line names every command the scripts
-// call, and a user made with it can do everything dlock does.
+// TestACLFromREADME: the README's ACL line grants what dlock sends, and
+// nothing else: every command that a script calls (scripts/ and fenced/),
+// and every command that dlock sends itself (aclPlainCommands, in
+// acl_test.go, which TestACLEveryFeature checks against what the features
+// send), on dlock's keys and channels and fenced's keys; and a user made
+// with it can do what dlock does (every feature: TestACLEveryFeature).
 func TestACLFromREADME(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(l, "ACL SETUSER dlock ") {
-			line = l
-		}
-	}
-	if line == "" {
-		t.Fatal("no ACL SETUSER line in README.md")
-	}
-	granted := map[string]bool{}
-	for _, f := range strings.Fields(line) {
-		if c, ok := strings.CutPrefix(f, "+"); ok {
-			granted[c] = true
-		}
+	line := readmeACL(t, ".", "acl-test-pw")
+	granted := aclGranted(t, line)
+	needed := map[string]string{} // each command needed, and what needs it
+	for c, why := range aclPlainCommands {
+		needed[c] = why
 	}
 	scripts, _ := filepath.Glob("scripts/*.lua")
-	call := regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
-	for _, p := range scripts {
+	fencedScripts, _ := filepath.Glob("fenced/*.lua")
+	if len(scripts) == 0 || len(fencedScripts) == 0 {
+		t.Fatalf("no scripts found: %v, %v", scripts, fencedScripts)
+	}
+	call := regexp.MustCompile(`redis\.p?call\(\s*(['"]([A-Za-z]+)['"])?`)
+	for _, p := range append(scripts, fencedScripts...) {
 		src, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
-			if !granted[strings.ToLower(m[1])] {
-				t.Errorf("%s calls %s, which the README's ACL line does not grant", p, m[1])
+			if m[2] == "" {
+				t.Errorf("%s: %s with a command that is not a literal: the test cannot tell which command it is", p, m[0])
+				continue
 			}
+			c := strings.ToLower(m[2])
+			needed[c] = p
+			if !granted[c] {
+				t.Errorf("%s calls %s, which the README's ACL line does not grant", p, m[2])
+			}
+		}
+	}
+	for c, why := range aclPlainCommands {
+		if !granted[c] {
+			t.Errorf("dlock sends %s (%s), which the README's ACL line does not grant", c, why)
+		}
+	}
+	for c := range granted {
+		if _, ok := needed[c]; !ok {
+			t.Errorf("the README's ACL line grants %s, which dlock does not send (or add it, with what sends it, to aclPlainCommands)", c)
+		}
+	}
+	for p, why := range aclPatterns {
+		if !strings.Contains(" "+line+" ", " "+p+" ") {
+			t.Errorf("the README's ACL line does not have %s (%s)", p, why)
 		}
 	}
 
@@ -292,7 +308,7 @@ func TestACLFromREADME(t *testing.T) {
 	admin := s.Client()
 	defer admin.Close()
 	var args []any
-	for _, f := range strings.Fields(strings.Replace(line, ">PASSWORD", ">acl-test-pw", 1)) {
+	for _, f := range strings.Fields(line) {
 		args = append(args, f)
 	}
 	if err := admin.Do(ctx(t), args...).Err(); err != nil {
