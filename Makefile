@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test demo bench redis vet fuzz soak release-check release-prepare
+.PHONY: all build test test-lib demo bench redis vet fuzz soak release-check release-prepare
 
 all: build
 
@@ -37,6 +37,13 @@ test: redis
 		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
 			if grep -rqs AllocsPerRun --include='*_test.go' .; then $(GO) test -count=1 -run Alloc ./...; fi) || exit 1; \
 	done
+
+# The library alone (the root package, fenced, dlocktest, internal/...),
+# vetted and tested under the race detector once, against the go-redis of
+# go.mod: a few minutes, for working on the library. make test does it all.
+test-lib: redis
+	$(GO) vet . ./fenced ./dlocktest ./internal/...
+	$(GO) test -race -count=1 . ./fenced ./dlocktest ./internal/...
 
 # The main job: start local redis-servers and show the lock at work.
 demo: redis

@@ -82,20 +82,93 @@ func TestRunKillGraceWhileRenewalsFail(t *testing.T) {
 	}
 }
 
-// TestRunKillGraceMustFit: a grace longer than half the TTL could stop a
-// command whose renewals are merely due; it is refused at start, saying
-// what fits. Without --kill-grace, the default is cut to fit a short TTL.
+// TestRunKillGraceMustFit: a grace that leaves a renewal less than its
+// node timeout could stop a command whose renewals are merely slow; it is
+// refused at start, saying what fits (1.774s for a TTL of 4s: 2·TTL/3, less
+// the drift, the node timeout and the kill margin). Without --kill-grace,
+// the default is cut to fit a short TTL.
 func TestRunKillGraceMustFit(t *testing.T) {
 	t.Parallel()
 	s := dlocktest.Start(t)
-	code, _, stderr := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "3s", "job", "--", "true")
-	if code != exitUsage || !strings.Contains(stderr, "at most 2s") {
-		t.Errorf("--ttl 4s --kill-grace 3s: exit %d, stderr %q; want %d saying at most 2s", code, stderr, exitUsage)
+	if got := maxGrace(4 * time.Second); got != 1774*time.Millisecond {
+		t.Errorf("maxGrace(4s) = %s, want 1.774s", got)
 	}
-	if code, _, _ := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "2s", "job", "--", "true"); code != 0 {
-		t.Errorf("--ttl 4s --kill-grace 2s: exit %d, want 0", code)
+	for _, ttl := range []time.Duration{10 * time.Millisecond, 300 * time.Millisecond, time.Second, 30 * time.Second} {
+		if g := maxGrace(ttl); g <= 0 || g >= 2*ttl/3 {
+			t.Errorf("maxGrace(%s) = %s, want within (0, 2·TTL/3)", ttl, g)
+		}
+	}
+	code, _, stderr := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "3s", "job", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "at most 1.774s") {
+		t.Errorf("--ttl 4s --kill-grace 3s: exit %d, stderr %q; want %d saying at most 1.774s", code, stderr, exitUsage)
+	}
+	if code, _, _ := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "1774ms", "job", "--", "true"); code != 0 {
+		t.Errorf("--ttl 4s --kill-grace 1774ms: exit %d, want 0", code)
+	}
+	if code, _, stderr := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "2s", "--limit", "0", "job", "--", "true"); code != exitUsage || !strings.Contains(stderr, "--limit 0") {
+		t.Errorf("--ttl 2s --limit 0: exit %d, stderr %q; want %d from dlock's own check", code, stderr, exitUsage)
 	}
 	if code, _, _ := dlockRun(t, "run", "--redis", s.URL(), "--ttl", "2s", "job", "--", "true"); code != 0 {
 		t.Errorf("--ttl 2s without --kill-grace: exit %d, want 0", code)
+	}
+}
+
+// TestRunHealthyNotStopped: renewals that are confirmed within their node
+// timeout never stop the command, at a short TTL (whose default grace is
+// cut to fit) and behind a slow network path.
+func TestRunHealthyNotStopped(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	for _, tc := range []struct {
+		oneWay time.Duration
+		args   []string
+	}{
+		{0, []string{"--ttl", "300ms"}},
+		{60 * time.Millisecond, []string{"--ttl", "1s"}},                          // node timeout 200ms
+		{150 * time.Millisecond, []string{"--ttl", "2s", "--kill-grace", "800ms"}}, // node timeout 400ms
+	} {
+		p, err := dlocktest.NewProxy(s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		args := append([]string{"run", "--redis", "redis://" + p.Addr()}, tc.args...)
+		d := startDlock(t, append(args, "job", "--", "sh", "-c", "echo ready; sleep 2.5")...)
+		d.waitLine(t, "ready")
+		p.SetLatency(tc.oneWay)
+		d.waitEOF(t, 15*time.Second)
+		if code := d.exitCode(t); code != 0 {
+			t.Errorf("round trip %s %v, renewals confirmed: exit %d; stderr %s", 2*tc.oneWay, tc.args, code, d.stderr.String())
+		}
+	}
+}
+
+// TestRunSignalWhileCheckingURLs: a signal that comes once the lock is
+// acquired, while the check of the URLs still waits for a frozen node,
+// ends the run: the command does not run, and the lock is released.
+func TestRunSignalWhileCheckingURLs(t *testing.T) {
+	t.Parallel()
+	ss := dlocktest.StartN(t, 3)
+	if err := ss[2].Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer ss[2].Thaw()
+	p := startDlock(t, "run", "-v", "--redis", ss[0].URL()+","+ss[1].URL()+","+ss[2].URL(), "job", "--", "echo", "ran")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.stderr.String(), "checking the Redis URLs") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no acquisition while the URLs are checked; stderr: %s", p.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polls dlock's output, which has no channel
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest := p.waitEOF(t, 10*time.Second)
+	if code := p.exitCode(t); code != 128+int(syscall.SIGTERM) || len(rest) > 0 {
+		t.Errorf("exit %d, output %q; want %d and no run; stderr: %s", code, rest, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "the command did not run") {
+		t.Errorf("stderr does not say the command did not run: %s", p.stderr.String())
 	}
 }

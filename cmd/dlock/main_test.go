@@ -325,7 +325,7 @@ func TestRunLockLostKillsProcessGroup(t *testing.T) {
 	s := dlocktest.Start(t)
 	// A background grandchild holds stdout too: EOF means the whole group
 	// is gone.
-	p := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", "--kill-grace", "500ms", "job", "--",
+	p := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", "--kill-grace", "400ms", "job", "--",
 		"sh", "-c", "sleep 60 & echo ready; wait")
 	p.waitLine(t, "ready")
 	n, err := newLocker(t, s).ForceRelease(context.Background(), "job")

@@ -88,15 +88,15 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--wait %s is negative", *wait)
 	case *grace < 0:
 		return c.usageError("run", "--kill-grace %s is negative", *grace)
-	case *grace > maxGrace(*ttl):
-		if !flagSet(fset, "kill-grace") {
-			*grace = maxGrace(*ttl) // the default, cut to fit a short TTL
-			break
-		}
-		return c.usageError("run", "--kill-grace %s does not fit --ttl %s: at most %s (half the TTL), so that a renewal that is merely due does not stop the command",
-			*grace, *ttl, maxGrace(*ttl))
 	case *limit < 1:
 		return c.usageError("run", "--limit %d: at least one copy must be allowed to run", *limit)
+	}
+	if most := maxGrace(*ttl); *grace > most {
+		if flagSet(fset, "kill-grace") {
+			return c.usageError("run", "--kill-grace %s does not fit --ttl %s: at most %s, so that a renewal still within its time does not stop the command",
+				*grace, *ttl, most)
+		}
+		*grace = most // the default, cut to fit a short TTL
 	}
 	t, code := c.open(ctx, "run", &rf)
 	if t == nil {
@@ -138,18 +138,26 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	return status
 }
 
-// maxGrace is the longest --kill-grace that fits ttl: half of it. A lock
-// is renewed every TTL/3, and the command is stopped once the validity left
-// (at most TTL less the drift, just after a renewal) is down to the grace:
-// with half the TTL, a renewal has TTL/6 to be confirmed before a healthy
-// lock's command would be stopped.
-func maxGrace(ttl time.Duration) time.Duration { return ttl / 2 }
+// maxGrace is the longest --kill-grace that fits ttl. The command is
+// stopped once the validity left is down to the grace (and killMargin); a
+// lock's validity is TTL less the clock-drift margin (TTL/100 + 2ms) from
+// the start of its last confirmed renewal; the next renewal starts TTL/3
+// after that one, and the library waits for its answers for the node
+// timeout (TTL/5, at most 1s; dlock run sets no other). So the grace must
+// leave the renewal its whole node timeout: at most 2·TTL/3 less the drift,
+// the node timeout and killMargin (18.6s for the default TTL of 30s, 404ms
+// for 1s). It is positive for every TTL from dlock.MinTTL.
+func maxGrace(ttl time.Duration) time.Duration {
+	drift := ttl/100 + 2*time.Millisecond
+	nodeTimeout := min(ttl/5, time.Second)
+	return max(2*ttl/3-drift-nodeTimeout-killMargin(ttl), 0).Truncate(time.Millisecond)
+}
 
 // killMargin is how long before the end of the lock's validity the command
-// gets SIGKILL when renewals go unconfirmed: at least the margin by which
-// the library reports Lost early (TTL/20, at most 50ms), so that the
-// command has its whole grace between SIGTERM and SIGKILL.
-const killMargin = 50 * time.Millisecond
+// gets SIGKILL when renewals go unconfirmed: the margin by which the library
+// reports Lost early (TTL/20, at most 50ms), so that the command is gone by
+// the time Lost says the lock may be taken.
+func killMargin(ttl time.Duration) time.Duration { return min(ttl/20, 50*time.Millisecond) }
 
 // earlier is the earlier of a and b.
 func earlier(a, b time.Time) time.Time {
@@ -210,38 +218,49 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 	}()
 
 	// The inspection of the URLs (see target.inspect) runs meanwhile: a
-	// mistake it finds ends the wait, and the command does not run.
+	// mistake it finds ends the wait, and the command does not run. A
+	// signal ends the wait too, also one that comes once the lock is
+	// acquired, while the inspection goes on.
 	var r result
 	var sig os.Signal
-	inspection := t.inspection
-	for got := false; !got; {
+	doneC, ctxDone, inspection := (<-chan result)(done), ctx.Done(), t.inspection
+	for doneC != nil || (inspection != nil && sig == nil) {
 		select {
-		case r = <-done:
-			got = true
-		case sig = <-sigs:
+		case r = <-doneC:
+			doneC = nil
+			if r.lock != nil && inspection != nil {
+				c.debugf("acquired %q; checking the Redis URLs before running the command", key)
+			}
+		case s := <-sigs:
+			if sig == nil {
+				sig = s
+			}
 			cancel()
-			r, got = <-done, true
-		case <-ctx.Done():
-			sig = syscall.SIGTERM
+		case <-ctxDone:
+			ctxDone = nil
+			if sig == nil {
+				sig = syscall.SIGTERM
+			}
 			cancel()
-			r, got = <-done, true
 		case <-inspection:
 			inspection = nil
 			if t.wrong != nil {
 				cancel()
-				r, got = <-done, true
 			}
 		}
 	}
-	if code := c.inspected(t); sig != nil || code >= 0 {
+	if sig != nil {
 		if r.lock != nil {
 			_ = r.lock.Release(context.WithoutCancel(ctx))
 		}
-		if sig == nil {
-			return nil, code
-		}
 		c.notef("%s while waiting for %q; the command did not run", signalName(sig), key)
 		return nil, 128 + int(sig.(syscall.Signal))
+	}
+	if code := c.inspected(t); code >= 0 { // done: it does not wait
+		if r.lock != nil {
+			_ = r.lock.Release(context.WithoutCancel(ctx))
+		}
+		return nil, code
 	}
 	switch err := r.err; {
 	case err == nil:
@@ -436,7 +455,8 @@ waitStart:
 	// moved it meanwhile, the command gets SIGTERM then and SIGKILL at
 	// killMargin before the validity ends. A confirmed renewal only moves
 	// the timer on: it fires at most once per renewal.
-	riskAt := func() time.Time { return lock.ValidUntil().Add(-grace - killMargin) }
+	margin := killMargin(lock.TTL())
+	riskAt := func() time.Time { return lock.ValidUntil().Add(-grace - margin) }
 	risk := time.NewTimer(time.Until(riskAt()))
 	defer risk.Stop()
 	riskC := risk.C
@@ -448,6 +468,11 @@ loop:
 		case <-exited:
 			break loop
 		case <-riskC:
+			select {
+			case <-exited:
+				break loop // it ended meanwhile: nothing to stop
+			default:
+			}
 			v := lock.ValidUntil()
 			if v.IsZero() {
 				riskC = nil // a quorum said it is gone: Lost, below
@@ -458,7 +483,7 @@ loop:
 				continue
 			}
 			riskC, lost = nil, true
-			at := earlier(time.Now().Add(grace), v.Add(-killMargin))
+			at := earlier(time.Now().Add(grace), v.Add(-margin))
 			c.errorf("renewals of the lock %q went unconfirmed; it could expire in %s: stopping the command (SIGTERM now, SIGKILL in %s)",
 				lock.Key(), max(time.Until(v), 0).Round(time.Millisecond), max(time.Until(at), 0).Round(time.Millisecond))
 			terminate(at)

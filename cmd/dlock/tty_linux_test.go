@@ -239,7 +239,7 @@ func TestInteractiveLostStopsTheJob(t *testing.T) {
 	}()
 	defer func() { outMu.Lock(); t.Logf("terminal: %q", out.String()); outMu.Unlock() }()
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "2s", "job", "--",
+	cmd := exec.Command(dlockBin, "run", "--redis", s.URL(), "--ttl", "4s", "--kill-grace", "1s", "job", "--",
 		"sh", "-c", "sleep 60 & echo $! > "+pidFile+"; wait")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, for clean-up by the test

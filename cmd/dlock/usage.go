@@ -84,9 +84,9 @@ kills the group when dlock is gone).
 
 While renewals go unconfirmed (Redis down, frozen or unreachable), COMMAND
 is stopped before the lock could expire: its process group gets SIGTERM once
-the validity left is down to --kill-grace, and SIGKILL 50ms before the
-validity ends, so COMMAND has its whole grace to clean up and is gone before
-another host can take the lock (exit 76). A renewal confirmed before then
+the validity left is down to --kill-grace, and SIGKILL TTL/20 (at most 50ms)
+before the validity ends, so COMMAND has its whole grace to clean up and is
+gone before another host can take the lock (exit 76). A renewal confirmed before then
 keeps it running. If the lock is already gone (an administrator's release
 --force, or a renewal refused because another process holds the key), another
 host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
@@ -94,8 +94,8 @@ host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
 When stdin is a terminal, dlock behaves like flock(1) under a shell: COMMAND
 stays in dlock's process group (the terminal's foreground job), so it can
 read the terminal, Ctrl-C reaches it, and Ctrl-Z stops the job and fg resumes
-it; a lock that expired while the job was stopped stops COMMAND when it
-resumes (exit 76). Then TERM, USR1 and USR2 sent to dlock are forwarded to
+it; a lock whose validity ran down to --kill-grace while the job was stopped
+stops COMMAND when it resumes (exit 76). Then TERM, USR1 and USR2 sent to dlock are forwarded to
 COMMAND itself, and a lost lock's signals reach COMMAND only.
 
 Flags:
@@ -107,8 +107,10 @@ Flags:
         by the holder's release, not by polling.
     --kill-grace DURATION
         Time between SIGTERM and SIGKILL when the lock could expire (default
-        5s, or half of --ttl if that is less; at most half of --ttl, so that
-        a renewal merely due does not stop COMMAND).
+        5s, cut to fit a short --ttl). At most 2·TTL/3 less the drift (TTL/100
+        + 2ms), the node timeout (TTL/5, at most 1s) and TTL/20 (at most
+        50ms), so that a renewal still within its node timeout never stops
+        COMMAND: 18.648s for --ttl 30s, 1.774s for 4s, 404ms for 1s.
     --metadata TEXT
         Who holds the lock, shown by dlock status (at most 1024 bytes;
         default "host=HOST pid=PID cmd=COMMAND", the command's name without

@@ -156,7 +156,10 @@ func (e *Elector) run(ctx context.Context) {
 	for {
 		lead, err := e.l.Campaign(ctx, e.key, e.value, e.opts...)
 		if err != nil {
-			if errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrInvalid) {
+			// A bad argument ends it for good; a key held with another
+			// limit (ErrMisconfigured, which matches ErrInvalid too) is
+			// the fleet's disagreement, tried again below.
+			if errors.Is(err, dlock.ErrClosed) || (errors.Is(err, dlock.ErrInvalid) && !errors.Is(err, dlock.ErrMisconfigured)) {
 				e.setErr(err)
 				return // for good
 			}

@@ -283,3 +283,32 @@ func TestNewElectorInvalid(t *testing.T) {
 		t.Errorf("IsLeader: %v, want ErrNotLeader and ErrInvalid", err)
 	}
 }
+
+// TestElectorLimitMismatchRetried: a key held as a semaphore is a
+// misconfiguration of the fleet (dlock.ErrMisconfigured, which matches
+// dlock.ErrInvalid too): the Elector reports it and keeps trying, and leads
+// once the semaphore's holders are gone.
+func TestElectorLimitMismatchRetried(t *testing.T) {
+	ctx := context.Background()
+	sem := newDlock(t, redisAddr)
+	p, err := sem.Acquire(ctx, "elect-mismatch", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := dlockgocron.NewElector(ctx, newDlock(t, redisAddr), "elect-mismatch", "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for err := el.IsLeader(ctx); !errors.Is(err, dlock.ErrMisconfigured); err = el.IsLeader(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatalf("IsLeader while the key is a semaphore: %v, want ErrMisconfigured", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polls a state that has no channel
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, el)
+}
