@@ -124,7 +124,7 @@ func TestRunHealthyNotStopped(t *testing.T) {
 		args   []string
 	}{
 		{0, []string{"--ttl", "300ms"}},
-		{60 * time.Millisecond, []string{"--ttl", "1s"}},                          // node timeout 200ms
+		{60 * time.Millisecond, []string{"--ttl", "1s"}},                           // node timeout 200ms
 		{150 * time.Millisecond, []string{"--ttl", "2s", "--kill-grace", "800ms"}}, // node timeout 400ms
 	} {
 		p, err := dlocktest.NewProxy(s.Addr())
