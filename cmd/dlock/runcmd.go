@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -592,6 +593,11 @@ func signalName(s os.Signal) string {
 
 // errText is err's message on one line, without the "dlock: " prefix of the
 // library's errors, which the CLI's own messages carry already.
+// The library's advice to a Go program that met MOVED through a plain
+// client is left out too: the CLI's hint names --cluster instead.
 func errText(err error) string {
-	return strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
+	s := strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
+	return clusterAdvice.ReplaceAllString(s, "")
 }
+
+var clusterAdvice = regexp.MustCompile(` \(the server is a node of a Redis Cluster, [^)]*\)`)
