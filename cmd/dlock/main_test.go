@@ -158,38 +158,32 @@ func startDlockEnv(t *testing.T, env []string, args ...string) *proc {
 // waitLine waits for a line of output equal to want.
 func (p *proc) waitLine(t *testing.T, want string) {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("output ended before %q; stderr: %s", want, p.stderr.String())
-			}
-			if line == want {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no %q within 20s; stderr: %s", want, p.stderr.String())
-		}
-	}
+	p.waitMatch(t, fmt.Sprintf("%q", want), func(line string) (string, bool) { return "", line == want })
 }
 
 // waitPrefix waits for a line of output that begins with prefix and
 // returns the rest of it.
 func (p *proc) waitPrefix(t *testing.T, prefix string) string {
 	t.Helper()
+	return p.waitMatch(t, fmt.Sprintf("a line %q…", prefix), func(line string) (string, bool) { return strings.CutPrefix(line, prefix) })
+}
+
+// waitMatch waits for a line of output that match accepts, and returns
+// what match returned for it; desc names it in a failure.
+func (p *proc) waitMatch(t *testing.T, desc string, match func(line string) (string, bool)) string {
+	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
-				t.Fatalf("output ended before a line %q…; stderr: %s", prefix, p.stderr.String())
+				t.Fatalf("output ended before %s; stderr: %s", desc, p.stderr.String())
 			}
-			if rest, ok := strings.CutPrefix(line, prefix); ok {
+			if rest, ok := match(line); ok {
 				return rest
 			}
 		case <-timeout:
-			t.Fatalf("no line %q… within 20s; stderr: %s", prefix, p.stderr.String())
+			t.Fatalf("no %s within 20s; stderr: %s", desc, p.stderr.String())
 		}
 	}
 }
