@@ -1,0 +1,544 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/redis/go-redis/v9"
+)
+
+// newToken returns 128 random bits from crypto/rand, hex-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// acquireReply is one node's answer to acquire.lua.
+type acquireReply struct {
+	ok    bool
+	fence uint64
+	pttl  int64
+	pos   string
+}
+
+func parseAcquire(v any) (acquireReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 2 {
+		return acquireReply{}, badReply("unexpected acquire reply %v", v)
+	}
+	flag, _ := arr[0].(int64)
+	if flag == 1 {
+		// The fence comes as a decimal string: exact for any 64-bit value.
+		f, err := parseUint(arr[1])
+		if err != nil {
+			return acquireReply{}, badReply("unexpected fence in acquire reply %v: %v", v, err)
+		}
+		return acquireReply{ok: true, fence: f}, nil
+	}
+	n, _ := arr[1].(int64)
+	r := acquireReply{pttl: n}
+	if len(arr) > 2 {
+		switch p := arr[2].(type) {
+		case string:
+			r.pos = p
+		case int64:
+			r.pos = strconv.FormatInt(p, 10)
+		}
+	}
+	return r, nil
+}
+
+// parseUint reads a counter that a script returned as a string (or, from an
+// older script, an integer).
+func parseUint(v any) (uint64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseUint(x, 10, 64)
+	case int64:
+		if x < 0 {
+			return 0, fmt.Errorf("negative counter %d", x)
+		}
+		return uint64(x), nil
+	}
+	return 0, fmt.Errorf("counter of type %T", v)
+}
+
+// attemptResult says why an attempt failed.
+type attemptResult struct {
+	outcome
+	// pttl is how long until the lock may be free: the shortest remaining
+	// TTL of the holder (at least 1ms: a key that expires within the
+	// millisecond is timed as 1ms), or the stand-in delay for a lock
+	// reserved for a woken waiter; 0 when nothing times the wait.
+	pttl   time.Duration
+	late   bool // quorum reached but no validity left, or the fence raise failed
+	closed bool // acquired while the Locker was closed, and given back
+	// notWaited counts suspect nodes the round decided without: their
+	// answers, arriving after it, may show they are back.
+	notWaited int
+	// limitErr is set when a node holds the key with another limit (see
+	// WithLimit): an error wrapping ErrInvalid, returned at once.
+	limitErr error
+}
+
+// class is the attempt's error class (see outcome.class): a quorum reached
+// too late is ErrUnavailable (the nodes were too slow), and an acquisition
+// made while the Locker was closing is ErrClosed.
+func (r *attemptResult) class() error {
+	switch {
+	case r.closed:
+		return ErrClosed
+	case r.late:
+		return ErrUnavailable
+	}
+	return r.outcome.class(ErrNotAcquired)
+}
+
+// cutShort reports whether every failure of the attempt is a context's end
+// (with cancelledOnly, a cancellation: a deadline gave the nodes all the
+// time the caller had): when the caller's ctx has ended, such an attempt
+// says nothing of the nodes.
+func (r *attemptResult) cutShort(cancelledOnly bool) bool {
+	for _, err := range r.errs {
+		if !errors.Is(err, context.Canceled) && (cancelledOnly || !errors.Is(err, context.DeadlineExceeded)) {
+			return false
+		}
+	}
+	return r.ok == 0 && r.refused == 0
+}
+
+// err is the error of a failed attempt, or of a wait that ended after it
+// because ctx ended (ctx's error is wrapped too, except for a permanent
+// error, which did not depend on it). An attempt that ctx cut short says
+// nothing of the nodes: the caller gave up, and the error is ErrNotAcquired.
+func (r *attemptResult) err(key string, ctx context.Context) error {
+	if r.limitErr != nil {
+		return r.limitErr
+	}
+	class := r.class()
+	if ctx.Err() != nil && r.cutShort(true) && !r.closed {
+		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
+	}
+	var what string
+	switch {
+	case class == ErrClosed:
+		return closedErr(key)
+	case r.late:
+		what = fmt.Sprintf("%q: quorum reached too late, no validity left", key)
+	case class == ErrNotAcquired:
+		what = fmt.Sprintf("%q is held by another owner%s", key, r.counts("granted"))
+	default:
+		what = fmt.Sprintf("%q%s", key, r.counts("granted"))
+	}
+	if ctx.Err() != nil && class != ErrMisconfigured {
+		return r.wrap(class, what, ctx.Err())
+	}
+	return r.wrap(class, what)
+}
+
+// attempt runs one acquisition round on every node. ks is nil for an attempt
+// that must not register as a waiter; otherwise it registers on the nodes
+// where ready says the Locker's inbox is subscribed.
+//
+// Whatever the outcome, no key is left behind by it: on failure the nodes
+// that granted, and those that did not answer (they may run the command when
+// they resume), are cleaned up in the background (see cleaner); on success
+// the lock records the nodes that did not answer, and cleans them up when it
+// dies.
+func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState, ready []bool) (*Lock, attemptResult) {
+	token := newToken()
+	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
+	timeout := l.nodeTimeout(cfg.ttl)
+	var nm *names
+	if ks != nil {
+		nm = ks.names
+	} else {
+		nm = l.names(key)
+	}
+
+	n := len(l.nodes)
+	var regs []nodeReg
+	if ks != nil {
+		regs = ks.registration(ready)
+	}
+	q := l.quorumFor(cfg.limit)
+	lim := limitArg(cfg.limit)
+	res := attemptResult{outcome: l.newOutcome(key)}
+	res.q = q
+	var args []any // the same command for every node when not registering
+	if regs == nil {
+		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim)
+	}
+
+	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
+	late.decided.Add(1)
+	var k *Lock
+
+	start := time.Now()
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
+		func(ctx context.Context, i int, c redis.UniversalClient) (acquireReply, error) {
+			a := args
+			if regs != nil {
+				reg := regs[i]
+				a = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim,
+					reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh)
+			}
+			v, err := l.runScript(ctx, c, timeout, acquireScript, a)
+			if err != nil {
+				return acquireReply{}, err
+			}
+			return parseAcquire(v)
+		},
+		func(rs []quorum.Result[acquireReply], suspects int) bool {
+			g, f := 0, 0
+			for _, r := range rs {
+				if r.Err == nil && r.Val.ok {
+					g++
+				} else {
+					f++
+				}
+			}
+			// Nodes that recently did not answer in time are not waited
+			// for: with them counted as failed, the quorum is out of reach.
+			return g >= q || f+suspects > n-q
+		},
+		late)
+
+	res.callerDone = ctx.Err() != nil
+	var fence uint64
+	var grantedNodes []int
+	// effects: what each node's answer (or its absence) shows.
+	// On the stack for up to 8 nodes.
+	var effBuf [8]effect
+	var ansBuf [8]bool
+	effects, answered := perNode(effBuf[:], n), perNode(ansBuf[:], n)
+	for i := range effects {
+		effects[i] = effUnknown
+	}
+	for _, r := range results {
+		effects[r.Node] = l.effectOf(r.Node, r.Err, r.Val.ok)
+		answered[r.Node] = true
+		switch {
+		case r.Err != nil:
+			if held, ok := limitMismatch(r.Err); ok && res.limitErr == nil {
+				res.limitErr = limitError(key, held, max(cfg.limit, 1))
+			}
+			res.failed(l, r.Node, r.Err)
+		case r.Val.ok:
+			res.ok++
+			grantedNodes = append(grantedNodes, r.Node)
+			fence = max(fence, r.Val.fence)
+		case r.Val.pttl == -1:
+			// A value without expiry: not written by dlock, which always
+			// sets one. Another program uses the key: waiting will not
+			// free it.
+			res.failed(l, r.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.lock))
+			if ks != nil {
+				ks.registered(r.Node, regs[r.Node], r.Val.pos) // to remove it when leaving
+			}
+		default:
+			res.refused++
+			// The holder's remaining TTL times the wait (0: it expires
+			// within the millisecond). A reservation for a woken waiter
+			// (-3) is timed by the stand-in delay: by then the woken
+			// waiter holds the lock, with a TTL that times the next try,
+			// or is gone. A key without expiry (-1) times nothing.
+			var p time.Duration
+			switch {
+			case r.Val.pttl >= 0:
+				p = max(time.Duration(r.Val.pttl)*time.Millisecond, time.Millisecond)
+			case r.Val.pttl == -3:
+				p = l.standIn()
+			}
+			if p > 0 && (res.pttl == 0 || p < res.pttl) {
+				res.pttl = p
+			}
+			if ks != nil {
+				ks.registered(r.Node, regs[r.Node], r.Val.pos)
+			}
+		}
+	}
+	res.missed(l, missing)
+	for _, m := range missing {
+		if errors.Is(m.Err, quorum.ErrNotWaited) {
+			res.notWaited++
+		}
+	}
+	// A node that did not answer in the round answers late (the late
+	// handler then settles what it did), except one called inline (one
+	// Redis, see quorum.Call), whose command may run at any time.
+	lateComes := n > 1 || len(missing) == 0 || !missing[0].Inline
+	if ks != nil {
+		for i, e := range effects {
+			if e == effUnknown && (answered[i] || !lateComes) {
+				ks.unanswered(i, regs[i])
+			}
+		}
+	}
+
+	if res.ok >= q {
+		ok := true
+		if n > 1 {
+			ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, q)
+		}
+		// Validity left, beyond the margin before which Lost fires.
+		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
+		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
+			var leaseBuf [8]nodeLease
+			leases := perNode(leaseBuf[:], n)
+			for i, e := range effects {
+				switch e {
+				case effSet:
+					leases[i].until = validUntil
+				case effUnknown:
+					leases[i].unknown = 1
+				}
+			}
+			k = l.newLock(key, nm, token, tokenArg, fence, cfg, leases)
+			if !k.start(start) {
+				// Closed meanwhile: give it back.
+				k.release(context.Background())
+				k = nil
+				res.closed = true
+			}
+		} else {
+			res.late = true
+		}
+	}
+	if k == nil {
+		// Release wherever the key may have been set: granted nodes, and
+		// nodes whose answer was lost or late (at once, burying the token,
+		// also where a late answer will come: the Locker may be closed
+		// before it does).
+		now := time.Now()
+		for i, e := range effects {
+			if clean, bury := e.cleans(); clean && !res.closed {
+				// A grant of a split vote wakes nobody: the release that
+				// freed the lock woke a waiter already.
+				l.clean(i, nm, token, cfg.ttl, bury, now, e == effUnknown)
+			}
+		}
+	} else if ks != nil {
+		ks.acquired(grantedNodes)
+	}
+	late.k = k
+	late.decided.Done()
+	return k, res
+}
+
+// lateAcquire handles the answers to an attempt that arrive after its round:
+// once the attempt's outcome is known (decided), such an answer goes to the
+// lock (k) if it succeeded, or has the node cleaned up if it failed.
+type lateAcquire struct {
+	l       *Locker
+	ks      *keyState
+	regs    []nodeReg
+	nm      *names
+	token   string
+	ttl     time.Duration
+	decided sync.WaitGroup
+	k       *Lock // set before decided is done
+}
+
+func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
+	a.decided.Wait()
+	e := a.l.effectOf(r.Node, r.Err, r.Val.ok)
+	if a.ks != nil {
+		a.ks.lateAnswer(r.Node, a.regs[r.Node], e, r.Val.pos)
+	}
+	if a.k != nil {
+		a.k.lateAnswer(r.Node, e)
+	} else if clean, bury := e.cleans(); clean {
+		a.l.clean(r.Node, a.nm, a.token, a.ttl, bury, time.Now(), true)
+	}
+}
+
+// raiseFences makes sure that at least a quorum of nodes holds a fence
+// counter ≥ fence: nodes of the granting quorum that returned less are raised
+// (compare-and-raise). It reports whether a quorum is confirmed.
+func (l *Locker) raiseFences(ctx context.Context, nm *names, token string, ttl time.Duration, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
+	confirmed := 0
+	var low []int
+	for _, r := range results {
+		if r.Err == nil && r.Val.ok {
+			if r.Val.fence >= fence {
+				confirmed++
+			} else {
+				low = append(low, r.Node)
+			}
+		}
+	}
+	if confirmed >= q {
+		return true
+	}
+	need := q - confirmed
+	args := raiseScript.args(nm.raiseKeys[:], strconv.FormatUint(fence, 10), l.counterLife(ttl), token)
+	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
+	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
+		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {
+			v, err := raiseScript.run(ctx, c, args)
+			if err != nil {
+				return 0, err
+			}
+			return parseUint(v)
+		},
+		func(rs []quorum.Result[uint64], _ int) bool {
+			ok := 0
+			for _, r := range rs {
+				if raised(r) {
+					ok++
+				}
+			}
+			return ok >= need || len(rs)-ok > len(low)-need
+		}, nil)
+	for _, r := range rs {
+		if raised(r) {
+			confirmed++
+		}
+	}
+	return confirmed >= q
+}
+
+func (l *Locker) subset(idx []int) []*quorum.Node {
+	ns := make([]*quorum.Node, len(idx))
+	for i, j := range idx {
+		ns[i] = l.nodes[j]
+	}
+	return ns
+}
+
+// counterLife is how long a fence counter lives at least after a use by a
+// lock with this TTL, in milliseconds, as the scripts take it: the
+// retention, and at least the TTL.
+func (l *Locker) counterLife(ttl time.Duration) any {
+	if ttl <= l.cfg.fenceRetention {
+		return l.retentionArg
+	}
+	return strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// ttlArg is ttl in milliseconds, as the scripts take it.
+func (l *Locker) ttlArg(ttl time.Duration) any {
+	if ttl == DefaultTTL {
+		return l.defaultTTLArg
+	}
+	return strconv.FormatInt(ttl.Milliseconds(), 10)
+}
+
+// perNode returns n elements: buf's when n fits (an array on the caller's
+// stack, so that rounds on up to len(buf) nodes allocate nothing), else new
+// ones.
+func perNode[T any](buf []T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
+}
+
+// limitMismatch reports whether err is acquire.lua's refusal of a key held
+// with another limit, and that limit.
+func limitMismatch(err error) (held string, ok bool) {
+	if !quorum.IsReply(err) {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(err.Error(), "DLOCKLIMIT ")
+	if !ok {
+		return "", false
+	}
+	held, _, _ = strings.Cut(rest, " ")
+	if held == "?" {
+		held = "above 1" // a semaphore whose limit key was lost
+	}
+	return held, true
+}
+
+// limitError is the error of an acquisition of key with limit asked while
+// its holders use limit held. The copies of a fleet disagree: it is
+// ErrMisconfigured (waiting cannot fix it), and also wraps ErrInvalid (the
+// caller's WithLimit is the one that differs from the holders').
+func limitError(key, held string, asked int) error {
+	return &limitMismatchError{fmt.Sprintf("%s: %q is held with limit %s, asked with limit %d: every holder of a key must give the same limit",
+		ErrMisconfigured.Error(), key, held, asked)}
+}
+
+type limitMismatchError struct{ msg string }
+
+func (e *limitMismatchError) Error() string { return e.msg }
+
+// Is matches ErrMisconfigured and ErrInvalid.
+func (e *limitMismatchError) Is(target error) bool {
+	return target == ErrMisconfigured || target == ErrInvalid
+}
+
+// errNotAcked fails a node's grant or renewal that too few replicas
+// acknowledged in time (WithReplicaAck). It is transient.
+var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)")
+
+// runScript runs a script that writes the lock with c (args from s.args).
+// With WithReplicaAck, it also waits, on the same connection (WAIT counts the
+// writes of its own connection), until enough replicas have the write, and
+// fails with errNotAcked if they do not within most of timeout.
+func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script, args []any) (any, error) {
+	if l.cfg.replicaAck == 0 {
+		return s.run(ctx, c, args)
+	}
+	var node redis.Cmdable = c
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, args[3].(string))
+		if err != nil {
+			return nil, err
+		}
+		node = m
+	}
+	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
+	run := func(args []any) (*redis.Cmd, *redis.Cmd) {
+		pipe := node.Pipeline()
+		cmd := s.cmd(ctx, args)
+		_ = pipe.Process(ctx, cmd)
+		wait := pipe.Do(ctx, "WAIT", l.cfg.replicaAck, waitMS)
+		_, _ = pipe.Exec(ctx)
+		return cmd, wait
+	}
+	cmd, wait := run(args)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, wait = run(s.eval(args))
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, movedIsTransient(c, err)
+	}
+	n, err := wait.Int64()
+	switch {
+	case err != nil && quorum.IsReply(err):
+		// WAIT refused (an ACL without +wait): permanent, not a lag. The
+		// script did write: the error must not pass for a reply that
+		// wrote nothing, so that the grant is cleaned up.
+		return nil, badReply("WAIT refused after the script ran: %s", err.Error())
+	case err != nil || n < int64(l.cfg.replicaAck):
+		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
+	}
+	return v, nil
+}
+
+// movedIsTransient turns a MOVED or ASK that a Cluster node answered to a
+// command sent straight to it (WithReplicaAck pipelines on the key's master
+// as go-redis last knew it) into a transient error, and has the client
+// reload its slots: the slot moved (a failover), and the next attempt goes
+// to the new master.
+func movedIsTransient(c redis.UniversalClient, err error) error {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok || !(redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		return err
+	}
+	cc.ReloadState(context.Background())
+	return fmt.Errorf("the slot moved (%s); the cluster's slots are being reloaded", err.Error())
+}

@@ -1,0 +1,235 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/redis/go-redis/v9"
+)
+
+// releaseRound is one round of Release. Its fields are guarded by the
+// Lock's mu: finished is set when err is; done, made by a Release call that
+// waits for the round, is closed then.
+type releaseRound struct {
+	finished bool
+	done     chan struct{}
+	err      error // what Release returns
+	// roundErr is the round's own failure, if any, whether or not the lock
+	// had been lost (Close reports it).
+	roundErr error
+}
+
+// Release gives the lock up: it stops the renewal, closes Lost, and deletes
+// the key on every node (only where it still holds this lock's token),
+// waking the next waiter. It waits for every node that is answering (not for
+// one that recently did not answer in time), so that when it returns the lock
+// can be taken again at once; a node it did not wait for is cleaned up in the
+// background when it answers again. It runs on a context detached from ctx's
+// cancellation, with its own timeout (the node timeout, at least 100ms), so
+// that a cancelled caller does not leave the lock behind.
+//
+// It returns nil when a quorum confirmed the release, and an error wrapping
+// ErrNotHeld if the lock had been lost (Lost had fired, or the Locker was
+// closed) or a quorum said it no longer held it: work done under the lock
+// may then have overlapped another owner's. Any other error means the
+// release could not be confirmed; the key then expires after its TTL, and
+// Release may be called again. Calls made while a Release is under way wait
+// for it and return its outcome; Release after a successful Release returns
+// nil. Release on a nil *Lock returns an error wrapping ErrNotHeld.
+func (k *Lock) Release(ctx context.Context) error {
+	if k == nil {
+		return fmt.Errorf("%w: Release on a nil *Lock", ErrNotHeld)
+	}
+	return k.release(ctx).err
+}
+
+func (k *Lock) release(ctx context.Context) *releaseRound {
+	k.mu.Lock()
+	if r := k.rel; r != nil {
+		if !r.finished {
+			if r.done == nil {
+				r.done = make(chan struct{})
+			}
+			done := r.done
+			k.mu.Unlock()
+			<-done
+			return r
+		}
+		if r.err == nil || errors.Is(r.err, ErrNotHeld) {
+			k.mu.Unlock()
+			return r
+		}
+		// Not confirmed: try again.
+	}
+	r := &k.firstRel
+	if k.rel != nil {
+		r = &releaseRound{}
+	}
+	k.rel = r
+	wasLost, acquiredAt := k.lost, k.acquiredAt
+	first := !k.released
+	if first {
+		k.released = true
+		if !k.lost {
+			close(k.lostCh)
+		}
+		k.stopTimers()
+		k.onLostFns = nil
+	}
+	ttl := k.ttl
+	k.mu.Unlock()
+	if first {
+		k.forget()
+	}
+	hctx := ctx
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	roundErr := k.releaseRound(ctx, ttl)
+	err := roundErr
+	if wasLost {
+		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)
+	}
+	// The round is over: calls waiting for it get its outcome, even if a
+	// hook told of it below panics.
+	k.mu.Lock()
+	r.roundErr, r.err, r.finished = roundErr, err, true
+	if r.done != nil {
+		close(r.done)
+	}
+	k.mu.Unlock()
+	if first && !wasLost {
+		// A leader resigned: observers hear of the vacancy now.
+		k.resigned()
+	}
+	if first && !wasLost && k.l.hook != nil && !acquiredAt.IsZero() {
+		if errors.Is(roundErr, ErrNotHeld) {
+			// Lost before Lost could tell (a pause past the validity, a
+			// force release): for the hook, a loss.
+			k.lostEvent(fmt.Errorf("%w: found by Release: %w", ErrLockLost, roundErr))
+		} else {
+			k.l.hook.Event(hctx, Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(acquiredAt), Err: roundErr})
+		}
+	}
+	return r
+}
+
+// awaitAnswers, on a quorum, waits a little (a tenth of the round's timeout
+// at most) for the answers still pending from nodes that are not suspect
+// (the nodes an acquisition or a renewal decided without: they usually
+// answer within a millisecond), so that the release sent next runs after
+// those commands and covers what they set. Without the wait each such node
+// would need one more release in the background (see cleaner), which is
+// still what happens when the answer takes longer. On one Redis a command
+// without an answer gives none later, and nothing is waited for. The
+// release is marked as sent when it returns.
+func (k *Lock) awaitAnswers(timeout time.Duration) {
+	k.mu.Lock()
+	if k.releaseSent || k.lost || len(k.nodes) == 1 || !k.pendingFromLive() {
+		k.releaseSent = true
+		k.mu.Unlock()
+		return
+	}
+	k.answered = make(chan struct{})
+	ch := k.answered
+	k.mu.Unlock()
+	t := time.NewTimer(timeout / 10)
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+	k.mu.Lock()
+	k.releaseSent, k.answered = true, nil
+	k.mu.Unlock()
+}
+
+// pendingFromLive reports whether a node that is not suspect has commands
+// of the lock without an answer; k.mu is held.
+func (k *Lock) pendingFromLive() bool {
+	for i, n := range k.nodes {
+		if n.unknown > 0 && !k.l.nodes[i].Suspect() {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseRound deletes the key on every node where it holds the token, and
+// has the nodes it could not confirm, or where a command of the lock may
+// still run, cleaned up in the background.
+func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
+	l := k.l
+	n := len(l.nodes)
+	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
+	k.awaitAnswers(timeout)
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
+		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, k.metadata != "", false)
+		},
+		func(rs []quorum.Result[int64], suspects int) bool {
+			// Every node that is answering: a node left holding the key
+			// would refuse an acquisition made right after Release.
+			return len(rs)+suspects >= n
+		}, nil)
+	o := l.ownerChecked(k.key, results, missing, k.quorum)
+	var ansBuf [8]bool
+	answered := perNode(ansBuf[:], n)
+	for _, r := range results {
+		answered[r.Node] = r.Err == nil
+	}
+	k.mu.Lock()
+	for i := range k.nodes {
+		k.cleanLeftovers(i, answered[i])
+	}
+	k.mu.Unlock()
+	switch class := o.class(ErrNotHeld); class {
+	case nil:
+		return nil
+	case ErrNotHeld:
+		return fmt.Errorf("%w: %q had expired or been taken (%d of %d nodes no longer held it)", ErrNotHeld, k.key, o.refused, n)
+	default:
+		return o.wrap(class, fmt.Sprintf("release %q: not confirmed%s, the key expires after its TTL", k.key, o.counts("confirmed")))
+	}
+}
+
+// runRelease runs release.lua with c, node i's client: expected is the
+// owner token or a reservation "~ID"; leaving is a waiter id to remove from
+// the queue, or ""; wake says whether to wake the next waiter; meta whether
+// the owner may have stored metadata; bury whether
+// to leave a tombstone for expected, a dead token of which a command may
+// still run (see cleaner).
+func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
+	var w, m, listeners, tomb any = "0", "0", "1", "0"
+	if wake {
+		w = "1"
+	}
+	if meta {
+		m = "1"
+	}
+	if bury {
+		tomb = buryForArg
+	}
+	if l.nodes[i].Cluster {
+		// An inbox's subscription may sit on another node of the Cluster:
+		// PUBLISH does not count its receivers there.
+		listeners = "0"
+	}
+	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m, listeners, tomb, l.retentionArg))
+	return intReply("release", v, err)
+}
+
+// intReply is a script's integer reply (of release.lua, extend.lua).
+func intReply(script string, v any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, badReply("unexpected %s reply %v", script, v)
+	}
+	return n, nil
+}

@@ -1,0 +1,303 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/redis/go-redis/v9"
+)
+
+// Extend sets the lock's TTL to ttl from now, on every node, if the caller
+// still owns it; later auto-renewals use the new TTL too. It returns an error
+// wrapping ErrNotHeld (and Lost closes) if the lock is no longer ours, or was
+// released. It waits for a renewal under way to finish first, and returns
+// ctx's error if ctx ends meanwhile (nothing was sent then).
+//
+// Any other error (a node that did not answer, for example) means the new
+// TTL may or may not have been applied: the command may still run in Redis,
+// even after later ones. Extend then assumes the worst. A longer TTL changes
+// nothing (the lock is held until its current validity runs out, as
+// before). A shorter TTL caps the lock's validity on that node at what that
+// TTL gives from the start of the call, and Lost closes before then, unless
+// the node has meanwhile answered every command sent to it and confirmed a
+// later one (the late answer usually comes for a call that ran on a helper
+// goroutine, on a Redlock or for a wait longer than 1s; for any other it
+// does not, and the lock ends at the cap).
+func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if k == nil {
+		return fmt.Errorf("%w: Extend on a nil *Lock", ErrNotHeld)
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	select {
+	case k.ops <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("dlock: extend %q: %w", k.key, ctx.Err())
+	}
+	defer func() { <-k.ops }()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
+	}
+	if !k.held() {
+		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
+	}
+	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))
+}
+
+func (k *Lock) held() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.lost && !k.released
+}
+
+// extendRound runs extend.lua on every node, waiting at most timeout, and
+// records what each answer, or its absence, shows (see nodeLease). On a
+// quorum, nodes where the key turned out to be free are then taken back
+// (regain). A lock whose validity has run out, or that a quorum no longer
+// holds, is reported lost; with auto-renewal, a failure is retried soon.
+func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) error {
+	l := k.l
+	n := len(l.nodes)
+	start := time.Now()
+	bound := start.Add(ttl - drift(ttl))
+	k.mu.Lock()
+	// A command with a shorter TTL than the lock's may shorten it if it
+	// runs after a later one.
+	shortens := ttl < k.ttl
+	k.mu.Unlock()
+	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
+	o := l.ownerChecked(k.key, results, missing, k.quorum)
+	k.mu.Lock()
+	k.recordRound(results, nil, start, bound, shortens)
+	close(recorded)
+	if k.lost || k.released {
+		k.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
+	}
+	var err error
+	switch class := o.class(ErrNotHeld); {
+	case class == nil && time.Now().Before(bound):
+		k.ttl = ttl
+	case class == nil:
+		err = o.wrap(ErrUnavailable, fmt.Sprintf("extend %q: confirmed too late, no validity left", k.key))
+	case class == ErrNotHeld:
+		err = fmt.Errorf("%w: %q (%d of %d nodes no longer hold it)", ErrNotHeld, k.key, o.refused, n)
+	default:
+		err = o.wrap(class, fmt.Sprintf("extend %q: not confirmed%s", k.key, o.counts("confirmed")))
+	}
+	k.validUntil = k.computeValidity()
+	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
+	if !lost {
+		k.arm()
+		switch {
+		case err == nil && k.autoRenew:
+			// Every TTL/3, or sooner if a cap left less validity.
+			k.scheduleRenew(min(time.Until(start.Add(ttl/3)), time.Until(k.validUntil)/3))
+		case err != nil && k.autoRenew:
+			// Transient: try again soon, until the validity runs out (then
+			// the expiry timer reports the loss).
+			k.scheduleRenew(min(max(k.untilLost()/4, time.Millisecond), l.nodeTimeout(ttl)))
+		}
+	}
+	k.mu.Unlock()
+	if lost {
+		cause := errExpired
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			cause = fmt.Errorf("%w: %w", ErrLockLost, err)
+		case err != nil:
+			cause = fmt.Errorf("%w: %w", errExpired, err)
+		default:
+			err = fmt.Errorf("%w: %q: no validity left", ErrNotHeld, k.key)
+		}
+		k.markLost(cause)
+		return err
+	}
+	if err != nil && l.hook != nil {
+		l.hook.Event(k.eventCtx(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
+	}
+	if err == nil && len(o.free) > 0 && n > 1 {
+		// A quorum confirmed that we hold the lock, so nobody else can hold
+		// one: take back the nodes where the key is free (it expired there
+		// while the node was away, or a contender of a split vote let it
+		// go), so that the lock survives the loss of a minority again.
+		k.regain(ctx, ttl, min(timeout, l.nodeTimeout(ttl)), o.free)
+	}
+	return err
+}
+
+// regain sets the key on the given nodes, where it was just found free,
+// after a quorum confirmed the lock (see extend.lua).
+func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []int) {
+	start := time.Now()
+	results, _, recorded := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.recordRound(results, free, start, start.Add(ttl-drift(ttl)), false)
+	close(recorded)
+	if !k.lost && !k.released {
+		k.validUntil = k.computeValidity()
+		k.arm()
+	}
+}
+
+// fanout runs extend.lua on nodes (idx maps them to the Locker's nodes; nil
+// for all of them), deciding as soon as a quorum confirmed or cannot. Node
+// numbers in the results are the Locker's. Answers that arrive after the
+// round are recorded once the caller has closed the returned channel, which
+// it does after recording the round's own answers.
+func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*quorum.Node, idx []int, regain string) ([]quorum.Result[int64], []quorum.Missing, chan struct{}) {
+	l := k.l
+	node := func(i int) int {
+		if idx == nil {
+			return i
+		}
+		return idx[i]
+	}
+	recorded := make(chan struct{})
+	ttlArg, fenceArg := l.ttlArg(ttl), strconv.FormatUint(k.fence, 10)
+	need := k.quorum
+	if idx != nil {
+		need = len(idx) // regain: as many as answer in time
+	}
+	results, missing := quorum.Fanout(ctx, nodes, timeout,
+		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit), fenceArg, l.retentionArg))
+			return intReply("extend", v, err)
+		},
+		func(rs []quorum.Result[int64], suspects int) bool {
+			ok, bad := countOK(rs)
+			return ok >= need || bad+suspects > len(nodes)-need
+		},
+		quorum.LateFunc[int64](func(r quorum.Result[int64]) {
+			<-recorded
+			k.lateAnswer(node(r.Node), l.effectOf(node(r.Node), r.Err, r.Val == 1))
+		}))
+	for i := range results {
+		results[i].Node = node(results[i].Node)
+	}
+	for i := range missing {
+		missing[i].Node = node(missing[i].Node)
+	}
+	return results, missing, recorded
+}
+
+// renewable reports whether a renewal can lengthen the validity: on a quorum
+// of nodes, no cap applies at or before it, or one that a renewal can lift.
+// k.mu is held.
+func (k *Lock) renewable() bool {
+	free := 0
+	for _, n := range k.nodes {
+		if n.capAt.IsZero() || n.capAt.After(k.validUntil) || n.unknown == 0 {
+			free++
+		}
+	}
+	return free >= k.quorum
+}
+
+func countOK(rs []quorum.Result[int64]) (ok, bad int) {
+	for _, r := range rs {
+		if r.Err == nil && r.Val == 1 {
+			ok++
+		} else {
+			bad++
+		}
+	}
+	return ok, bad
+}
+
+// scheduleRenew has the lock renewed in d; k.mu is held.
+func (k *Lock) scheduleRenew(d time.Duration) {
+	if k.l.isClosed() {
+		return
+	}
+	k.renewAt = time.Now().Add(d)
+	k.arm()
+}
+
+// arm sets the lock's timer to the earlier of the renewal and the lost-lock
+// signal; k.mu is held. One timer serves both: a lock costs one.
+func (k *Lock) arm() {
+	d := k.untilLost()
+	if !k.renewAt.IsZero() {
+		d = min(d, time.Until(k.renewAt))
+	}
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, k.tick)
+	} else {
+		k.timer.Reset(d)
+	}
+}
+
+// tick runs when the lock's timer fires: it reports the loss if the
+// validity ran out, else renews if the renewal is due. The timer is armed
+// again for the lost-lock signal before the renewal runs, so that a renewal
+// stuck on slow nodes does not delay the signal.
+func (k *Lock) tick() {
+	k.mu.Lock()
+	if k.lost || k.released {
+		k.mu.Unlock()
+		return
+	}
+	if k.untilLost() <= 0 {
+		k.mu.Unlock()
+		k.markLost(errExpired)
+		return
+	}
+	renew := !k.renewAt.IsZero() && !time.Now().Before(k.renewAt)
+	if renew {
+		k.renewAt = time.Time{}
+	}
+	k.arm()
+	k.mu.Unlock()
+	if renew {
+		k.renew()
+	}
+}
+
+// renew is the auto-renewal, run by tick.
+func (k *Lock) renew() {
+	l := k.l
+	if !l.join(&l.wg) {
+		return
+	}
+	defer l.wg.Done()
+	select {
+	case k.ops <- struct{}{}:
+	case <-l.renewCtx.Done():
+		return
+	}
+	defer func() { <-k.ops }()
+	k.mu.Lock()
+	if k.lost || k.released || !k.renewable() {
+		// A lock whose validity is capped (an unconfirmed Extend to a
+		// shorter TTL) ends at that cap: renewing it would only keep its
+		// key in Redis past Lost.
+		k.mu.Unlock()
+		return
+	}
+	ttl, validUntil := k.ttl, k.validUntil
+	k.mu.Unlock()
+
+	// A renewal is worth waiting for until the current validity runs out (a
+	// slow but confirmed renewal still keeps the lock); the round decides as
+	// soon as a quorum confirms, so a frozen minority does not slow it.
+	// Close cancels it.
+	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
+	defer cancel()
+	_ = k.extendRound(ctx, ttl, time.Until(validUntil))
+}
+
+// untilLost is how long until the lost-lock signal is due: the end of the
+// validity, less a margin for the scheduling delay of the timer and of the
+// goroutine that receives from Lost, which the drift does not cover; k.mu is
+// held. A healthy lock never comes near it: it is renewed every TTL/3.
+func (k *Lock) untilLost() time.Duration {
+	return time.Until(k.validUntil) - lostMargin(k.ttl)
+}
