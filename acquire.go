@@ -85,22 +85,8 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		return nil, closedErr(key)
 	}
 	defer l.calls.Done()
-	// The uncontended path: in a Locker that has never had to wait, with
-	// no goroutine of it waiting for the key, a first attempt needs none of
-	// the waiting machinery (it could not register as a waiter anyway: the
-	// inbox is not subscribed yet). If it fails, the wait below starts
-	// afresh, in the local queue (its answer may be stale by the time this
-	// goroutine is at the head of it): one more round trip, the first time
-	// a Locker waits.
-	if l.neverWaited(key) {
-		k, res := l.attempt(ctx, key, cfg, nil, nil)
-		a.attempted(k, res.class())
-		if k != nil {
-			return k, nil
-		}
-		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed || res.limitErr != nil {
-			return nil, res.err(key, ctx)
-		}
+	if k, err, done := l.uncontended(ctx, key, cfg, a); done {
+		return k, err
 	}
 	ks := l.keyState(key)
 	defer l.putKeyState(ks)
@@ -112,16 +98,17 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 	}
 	defer ks.exit()
 
-	timerWakes, splits, errWakes := 0, 0, 0
+	// The loop: attempt; on a grant, return it; on an answer that waiting
+	// cannot change (ctx ended, misconfigured, closed, another limit),
+	// return its error; else wait for a wake-up (a release heard on the
+	// inbox) or for as long as nextWait says, whichever comes first, and
+	// try again. Close and ctx end the wait.
+	var counters waitCounters
 	// last is the last attempt that ctx did not cut short: when ctx ends,
 	// it says whether the wait was for a busy lock or for nodes.
 	var last *attemptResult
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var timer waitTimer
+	defer timer.stop()
 	for {
 		if l.isClosed() {
 			return nil, closedErr(key)
@@ -140,74 +127,156 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		if ctx.Err() != nil && res.cutShort(false) && last != nil {
 			res = *last
 		}
-		if ctx.Err() != nil || res.class() == ErrMisconfigured || res.closed || res.limitErr != nil {
+		if res.final(ctx) {
 			return nil, res.err(key, ctx)
 		}
 		last = &res
-		if err := l.inboxRefused(); err != nil {
-			// Waiting cannot work: releases would never be heard.
-			return nil, fmt.Errorf("%w: %q: cannot wait: the subscription to the waiters' channel %s was refused: %w",
-				ErrMisconfigured, key, l.inbox, err)
-		}
-		if !allTrue(ready) && l.subscribe(ctx, l.nodeTimeout(cfg.ttl)) {
-			// Subscribed before registering as a waiter; try again at
-			// once, registering. (A release between the failed attempt
-			// and the subscription would otherwise go unheard.)
+		if again, err := l.canWait(ctx, key, ready, cfg.ttl); err != nil {
+			return nil, err
+		} else if again {
 			continue
 		}
-		wait := fallback(timerWakes)
-		if p := res.pttl; p > 0 && p < wait {
-			// The holder's TTL runs out first: try then, with a little
-			// jitter so that waiting processes do not all arrive at once.
-			wait = p + time.Duration(mrand.Int64N(int64(p/10+time.Millisecond)))
-		}
-		if res.notWaited > 0 {
-			// The round did not wait for nodes that recently did not
-			// answer; try again as soon as a round that waited for them
-			// would have ended, in case they are back.
-			wait = min(wait, l.nodeTimeout(cfg.ttl))
-		}
-		if len(res.errs) > res.notWaited {
-			// Nodes failed or did not answer in time: nothing will wake
-			// this waiter when they are back, so try again on a short
-			// backoff (the node timeout, doubling, at most errorRetryCap).
-			wait = min(wait, errorRetry(l.nodeTimeout(cfg.ttl), errWakes))
-			errWakes++
-		} else {
-			errWakes = 0
-		}
-		if res.late {
-			// The lock was free, but the round took too long to leave any
-			// validity (a slow node, a short TTL): try again at once.
-			wait = time.Duration(mrand.Int64N(int64(time.Millisecond)))
-		}
-		if res.ok > 0 && !res.late && splits < maxSplitRetries {
-			// Some nodes of a quorum granted the lock but not enough: it
-			// was free, or changing hands, and contenders split the
-			// votes. Their clean-up wakes nobody, so try again shortly,
-			// after a random delay that breaks the tie, a few times.
-			splits++
-			wait = time.Millisecond + time.Duration(mrand.Int64N(int64(splitJitter)))
-		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-ks.wake:
-			timer.Stop()
-			splits = 0
+		switch timer.sleep(ctx, ks.wake, l.done, nextWait(&res, &counters, l.nodeTimeout(cfg.ttl), jitter)) {
+		case sleepWoken:
+			counters.splits = 0
 			a.woken()
-		case <-timer.C:
-			timerWakes++
-		case <-ctx.Done():
+		case sleepTimedOut:
+			counters.timerWakes++
+		case sleepCtxEnded:
 			return nil, res.err(key, ctx)
-		case <-l.done:
+		case sleepClosed:
 			return nil, closedErr(key)
 		}
 	}
 }
+
+// uncontended is the uncontended path: in a Locker that has never had to
+// wait, with no goroutine of it waiting for the key, a first attempt needs
+// none of the waiting machinery (it could not register as a waiter anyway:
+// the inbox is not subscribed yet). It reports done with the lock, or with
+// an error that waiting cannot change. Otherwise the wait starts afresh, in
+// the local queue (its answer may be stale by the time this goroutine is
+// at the head of it): one more round trip, the first time a Locker waits.
+func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a *acquisition) (k *Lock, err error, done bool) {
+	if !l.neverWaited(key) {
+		return nil, nil, false
+	}
+	k, res := l.attempt(ctx, key, cfg, nil, nil)
+	a.attempted(k, res.class())
+	switch {
+	case k != nil:
+		return k, nil, true
+	case res.final(ctx):
+		return nil, res.err(key, ctx), true
+	}
+	return nil, nil, false
+}
+
+// canWait checks, after an attempt that did not get the lock, that its
+// waiter can be woken: it fails if the inbox's subscription was refused
+// (releases would never be heard), and reports again when it subscribed
+// the inbox on nodes where it was not ready, so that the waiter tries again
+// at once, registering (a release between the failed attempt and the
+// subscription would otherwise go unheard).
+func (l *Locker) canWait(ctx context.Context, key string, ready []bool, ttl time.Duration) (again bool, err error) {
+	if err := l.inboxRefused(); err != nil {
+		return false, fmt.Errorf("%w: %q: cannot wait: the subscription to the waiters' channel %s was refused: %w",
+			ErrMisconfigured, key, l.inbox, err)
+	}
+	return !allTrue(ready) && l.subscribe(ctx, l.nodeTimeout(ttl)), nil
+}
+
+// waitTimer is the one timer of a wait loop, made at its first sleep.
+type waitTimer struct{ t *time.Timer }
+
+// How a sleep of the wait loop ended.
+const (
+	sleepWoken    = iota // a release woke the waiter
+	sleepTimedOut        // the wait that nextWait gave ran out
+	sleepCtxEnded        // the caller's context ended
+	sleepClosed          // the Locker was closed
+)
+
+// sleep waits for d, a wake-up on wake, the end of ctx or the closing of
+// done, whichever comes first (at random among those ready at once).
+func (w *waitTimer) sleep(ctx context.Context, wake, done <-chan struct{}, d time.Duration) int {
+	if w.t == nil {
+		w.t = time.NewTimer(d)
+	} else {
+		w.t.Reset(d)
+	}
+	select {
+	case <-wake:
+		w.t.Stop()
+		return sleepWoken
+	case <-w.t.C:
+		return sleepTimedOut
+	case <-ctx.Done():
+		return sleepCtxEnded
+	case <-done:
+		return sleepClosed
+	}
+}
+
+func (w *waitTimer) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+// waitCounters is what the wait loop of one acquisition counts across its
+// attempts, for nextWait: the wake-ups by its timer, the retries after a
+// split vote since the last wake-up by a release, and the attempts in a row
+// that nodes failed.
+type waitCounters struct {
+	timerWakes, splits, errWakes int
+}
+
+// nextWait is the wait policy: how long a waiter whose attempt got res
+// waits for a release to wake it before it tries again anyway. It counts
+// the split votes and the failed attempts in c. nodeTimeout is the round's
+// node timeout; jitter(n) is a random duration in [0, n).
+//
+// In order, each rule overriding the ones before where it says "at once"
+// or "shortly", and only shortening the wait otherwise:
+//   - the fallback, long (nothing else wakes the waiter but a release);
+//   - until the holder's TTL runs out, with a tenth of it as jitter, so
+//     that waiting processes do not all arrive at once;
+//   - at most a node timeout when the round did not wait for suspect
+//     nodes, in case they are back;
+//   - a backoff from the node timeout, doubling, when nodes failed or did
+//     not answer (nothing wakes the waiter when they are back);
+//   - at once (under a millisecond) when the lock was free but the round
+//     left no validity (a slow node, a short TTL);
+//   - shortly, with jitter that breaks the tie, a few times in a row, when
+//     some nodes of a quorum granted but not enough (contenders split the
+//     votes; their clean-up wakes nobody).
+func nextWait(res *attemptResult, c *waitCounters, nodeTimeout time.Duration, jitter func(time.Duration) time.Duration) time.Duration {
+	wait := fallback(c.timerWakes)
+	if p := res.pttl; p > 0 && p < wait {
+		wait = p + jitter(p/10+time.Millisecond)
+	}
+	if res.notWaited > 0 {
+		wait = min(wait, nodeTimeout)
+	}
+	if len(res.errs) > res.notWaited {
+		wait = min(wait, errorRetry(nodeTimeout, c.errWakes))
+		c.errWakes++
+	} else {
+		c.errWakes = 0
+	}
+	if res.late {
+		wait = jitter(time.Millisecond)
+	}
+	if res.ok > 0 && !res.late && c.splits < maxSplitRetries {
+		c.splits++
+		wait = time.Millisecond + jitter(splitJitter)
+	}
+	return wait
+}
+
+// jitter is a random duration in [0, n), n > 0.
+func jitter(n time.Duration) time.Duration { return time.Duration(mrand.Int64N(int64(n))) }
 
 // neverWaited reports whether no goroutine of the Locker waits for key and
 // the Locker's inbox has not been subscribed on any node.

@@ -86,7 +86,7 @@ type attemptResult struct {
 	// answers, arriving after it, may show they are back.
 	notWaited int
 	// limitErr is set when a node holds the key with another limit (see
-	// WithLimit): an error wrapping ErrInvalid, returned at once.
+	// WithLimit): ErrMisconfigured (and ErrInvalid), returned at once.
 	limitErr error
 }
 
@@ -101,6 +101,13 @@ func (r *attemptResult) class() error {
 		return ErrUnavailable
 	}
 	return r.outcome.class(ErrNotAcquired)
+}
+
+// final reports whether waiting cannot change the attempt's answer: ctx
+// ended, the nodes refused for good, the Locker was closed, or the key is
+// held with another limit.
+func (r *attemptResult) final(ctx context.Context) bool {
+	return ctx.Err() != nil || r.class() == ErrMisconfigured || r.closed || r.limitErr != nil
 }
 
 // cutShort reports whether every failure of the attempt is a context's end
