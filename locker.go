@@ -148,7 +148,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		}
 	}
 	l := &Locker{
-		quorum: len(clients)/2 + 1,
+		quorum: quorum.For(len(clients), 1),
 		cfg:    cfg,
 		keys:   make(map[string]*keyState),
 		locks:  make(map[*Lock]struct{}),
@@ -349,14 +349,8 @@ func (l *Locker) isClosed() bool {
 }
 
 // quorumFor is the number of grants an acquisition with this limit needs
-// (see WithLimit): a majority for a lock, ⌊N·n/(n+1)⌋+1 for n permits.
-func (l *Locker) quorumFor(limit int) int {
-	if limit <= 1 {
-		return l.quorum
-	}
-	n := len(l.nodes)
-	return n*limit/(limit+1) + 1
-}
+// (see WithLimit and quorum.For).
+func (l *Locker) quorumFor(limit int) int { return quorum.For(len(l.nodes), limit) }
 
 // limitArg is the limit as the scripts take it.
 func limitArg(limit int) any {

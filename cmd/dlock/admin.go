@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
 // keyArg parses the flags of an admin subcommand, before or after its one
@@ -143,7 +144,7 @@ func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJ
 		return st, statusJSON{}, err
 	}
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
-		Waiters: st.Waiters, Quorum: quorumFor(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit}
+		Waiters: st.Waiters, Quorum: quorum.For(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit}
 	for _, p := range st.Permits {
 		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds()})
 	}
@@ -220,16 +221,6 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 		}
 	}
 	_ = w.Flush()
-}
-
-// quorumFor is how many of n nodes must hold a key with this limit (see
-// dlock.WithLimit): a majority for a lock, ⌊n·limit/(limit+1)⌋+1 for a
-// semaphore.
-func quorumFor(n, limit int) int {
-	if limit <= 1 {
-		return n/2 + 1
-	}
-	return n*limit/(limit+1) + 1
 }
 
 // ttlText shows a remaining TTL; a key without one was not set by dlock.

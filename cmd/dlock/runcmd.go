@@ -5,14 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
-	"regexp"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,21 +15,9 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// fromTerminal reports whether s is one that a terminal sends to its
-// foreground job (Ctrl-C, Ctrl-\, a hangup).
-func fromTerminal(s os.Signal) bool {
-	return s == syscall.SIGINT || s == syscall.SIGQUIT || s == syscall.SIGHUP
-}
-
 // forwarded are the signals dlock passes on to the command's process group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
 	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
-
-// waitDelay bounds how long dlock waits, after the command exited, for
-// output that still flows through pipes it copies (only when its own
-// stdout or stderr is not a file, as in tests): a leftover grandchild may
-// hold them open.
-const waitDelay = time.Second
 
 // run is dlock run: acquire, supervise the command, release.
 func (c *cli) run(ctx context.Context, args []string) int {
@@ -49,36 +32,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
-	rest := fset.Args()
-	if len(rest) == 0 {
-		return c.usageError("run", "missing KEY: dlock run [flags] KEY -- COMMAND [ARG]...")
-	}
-	if i := len(args) - len(rest); rest[0] == "--" || (i > 0 && args[i-1] == "--") {
-		// "dlock run -- nice date": the flag package took the -- away, but
-		// what follows it is the command, not KEY.
-		return c.usageError("run", "missing KEY before --: dlock run [flags] KEY -- COMMAND [ARG]...")
-	}
-	key, rest := rest[0], rest[1:]
-	switch {
-	case len(rest) > 0 && rest[0] == "--":
-		rest = rest[1:]
-	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
-		// Flags between KEY and --: accepted, since -- marks where the
-		// command begins.
-		dashes := slices.Index(rest, "--")
-		if dashes < 0 {
-			return c.usageError("run", "flag %s after KEY with no -- before the command: dlock run [flags] KEY -- COMMAND [ARG]...", rest[0])
-		}
-		if code := c.parseFlags(fset, rest[:dashes]); code >= 0 {
-			return code
-		}
-		if fset.NArg() > 0 {
-			return c.usageError("run", "unexpected %q before --: one KEY only", fset.Arg(0))
-		}
-		rest = rest[dashes+1:]
-	}
-	if len(rest) == 0 {
-		return c.usageError("run", "missing COMMAND after KEY %q: dlock run [flags] KEY -- COMMAND [ARG]...", key)
+	key, rest, code := c.keyAndCommand(fset, args)
+	if code >= 0 {
+		return code
 	}
 	switch {
 	case *ttl < dlock.MinTTL:
@@ -137,6 +93,44 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		c.debugf("released %q", key)
 	}
 	return status
+}
+
+// keyAndCommand splits what follows run's flags into KEY and the command
+// (after --, and after any flags between KEY and --, which it parses into
+// fset). It returns -1 to go on, else the exit status to end with.
+func (c *cli) keyAndCommand(fset *flag.FlagSet, args []string) (key string, argv []string, code int) {
+	rest := fset.Args()
+	if len(rest) == 0 {
+		return "", nil, c.usageError("run", "missing KEY: dlock run [flags] KEY -- COMMAND [ARG]...")
+	}
+	if i := len(args) - len(rest); rest[0] == "--" || (i > 0 && args[i-1] == "--") {
+		// "dlock run -- nice date": the flag package took the -- away, but
+		// what follows it is the command, not KEY.
+		return "", nil, c.usageError("run", "missing KEY before --: dlock run [flags] KEY -- COMMAND [ARG]...")
+	}
+	key, rest = rest[0], rest[1:]
+	switch {
+	case len(rest) > 0 && rest[0] == "--":
+		rest = rest[1:]
+	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
+		// Flags between KEY and --: accepted, since -- marks where the
+		// command begins.
+		dashes := slices.Index(rest, "--")
+		if dashes < 0 {
+			return "", nil, c.usageError("run", "flag %s after KEY with no -- before the command: dlock run [flags] KEY -- COMMAND [ARG]...", rest[0])
+		}
+		if code := c.parseFlags(fset, rest[:dashes]); code >= 0 {
+			return "", nil, code
+		}
+		if fset.NArg() > 0 {
+			return "", nil, c.usageError("run", "unexpected %q before --: one KEY only", fset.Arg(0))
+		}
+		rest = rest[dashes+1:]
+	}
+	if len(rest) == 0 {
+		return "", nil, c.usageError("run", "missing COMMAND after KEY %q: dlock run [flags] KEY -- COMMAND [ARG]...", key)
+	}
+	return key, rest, -1
 }
 
 // maxGrace is the longest --kill-grace that fits ttl. The command is
@@ -263,19 +257,26 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 		}
 		return nil, code
 	}
-	switch err := r.err; {
-	case err == nil:
-		return r.lock, exitOK
+	if r.err != nil {
+		return nil, c.notAcquired(t, key, wait, r.err)
+	}
+	return r.lock, exitOK
+}
+
+// notAcquired reports err, the failure of acquire to take the lock, and
+// returns the exit status.
+func (c *cli) notAcquired(t *target, key string, wait time.Duration, err error) int {
+	switch {
 	case errors.Is(err, dlock.ErrInvalid) && !errors.Is(err, dlock.ErrMisconfigured):
 		// (A key held with another --limit is both: the fleet's copies
 		// disagree, 78, below.)
-		return nil, c.usageError("run", "%s", errText(err))
+		return c.usageError("run", "%s", errText(err))
 	case !errors.Is(err, dlock.ErrNotAcquired):
 		if code := c.redisFailure(t, err); code >= 0 {
-			return nil, code
+			return code
 		}
 		c.errorf("could not acquire %q: %s; the command did not run", key, errText(err))
-		return nil, exitFailure
+		return exitFailure
 	case wait > 0:
 		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
 	default:
@@ -284,7 +285,7 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 			c.hintf("use --wait DURATION to wait for it")
 		}
 	}
-	return nil, exitNotAcquired
+	return exitNotAcquired
 }
 
 // supervise runs the command and waits for four things at once: its exit,
@@ -293,163 +294,11 @@ func (c *cli) acquire(ctx context.Context, t *target, key string, ttl, wait time
 // command's exit status, and whether the lock was lost (or could have
 // expired within the grace) while it ran.
 func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) (status int, lost bool) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
-	cmd.Env = append(withoutDlockEnv(os.Environ()),
-		"DLOCK_KEY="+lock.Key(),
-		"DLOCK_TOKEN="+lock.Token(),
-		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
-	// With a terminal on stdin the command stays in dlock's process group,
-	// which the shell made the terminal's foreground job, as flock(1) does:
-	// it can read the terminal, and the terminal's signals (Ctrl-C, Ctrl-Z,
-	// a hangup) reach it and dlock together, so that Ctrl-Z stops the job
-	// and fg resumes it. Otherwise it gets a process group of its own, and
-	// dlock signals the whole group.
-	f, _ := c.stdin.(*os.File)
-	interactive := f != nil && isTTY(f)
-	cmd.SysProcAttr = commandAttr(!interactive)
-	cmd.WaitDelay = waitDelay
-	// Without a parent-death signal, a guard in the command's group kills
-	// it when dlock dies (see guard.go). Not with the terminal: the user
-	// sees that job.
-	if !interactive && guarded() {
-		self, err := os.Executable()
-		if err != nil {
-			c.errorf("cannot find dlock's own binary to guard the command: %s", err)
-			return exitCannotExec, false
-		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			c.errorf("cannot guard the command: %s", err)
-			return exitCannotExec, false
-		}
-		defer r.Close()
-		defer w.Close() // the guard sees EOF: after the command, or when dlock dies
-		guard := exec.Command(self, append([]string{guardCommand, "--"}, argv...)...)
-		guard.Stdin, guard.Stdout, guard.Stderr, guard.Env = cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env
-		// Its own group, which it kills; no parent-death signal, which
-		// would kill the guard before it could act.
-		guard.SysProcAttr, guard.WaitDelay = &syscall.SysProcAttr{Setpgid: true}, cmd.WaitDelay
-		guard.ExtraFiles = []*os.File{r} // fd 3 (guardFD)
-		cmd = guard
+	ch := newChild(c, lock, argv)
+	defer ch.close()
+	if code := ch.start(sigs); code >= 0 {
+		return code, false
 	}
-
-	// Ctrl-Z in terminal mode. Left to its default, a SIGTSTP that comes
-	// while the command starts stops its child between fork and exec, while
-	// the thread that forked it waits for the exec (Linux forks as vfork
-	// does): dlock cannot complete its stop, and the shell never sees the
-	// job stopped, nor can the user resume it. So dlock catches SIGTSTP:
-	// while the command starts, it lets the child go on to exec (SIGCONT to
-	// the job) and stops the job once the command runs; afterwards the
-	// command stops by itself (the default) and dlock stops itself with
-	// SIGSTOP, so that the shell sees the job stopped, and fg resumes both.
-	var tstp chan os.Signal
-	if interactive {
-		tstp = make(chan os.Signal, 1)
-		signal.Notify(tstp, syscall.SIGTSTP)
-		defer signal.Stop(tstp)
-	}
-
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		// The parent-death signal fires when the thread that forked the
-		// child ends, not the process: this goroutine keeps its thread
-		// locked, and so alive, until the child has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(exited)
-	}()
-	// Signals that come while the command starts are passed on once it
-	// runs: in terminal mode, one from the terminal reached dlock's group
-	// before the command was in it (if it was, the command gets it twice).
-	var err error
-	stopped := false
-	var early []os.Signal
-waitStart:
-	for {
-		select {
-		case err = <-started:
-			break waitStart
-		case s := <-sigs:
-			early = append(early, s)
-		case <-tstp:
-			stopped = true
-			_ = syscall.Kill(0, syscall.SIGCONT)
-		}
-	}
-	if stopped && err == nil {
-		// The user's Ctrl-Z, now that the command can get it too (and
-		// dlock, through tstp, below).
-		_ = syscall.Kill(0, syscall.SIGTSTP)
-	}
-	if err != nil {
-		c.errorf("cannot run %s: %s", argv[0], errText(err))
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound, false
-		}
-		return exitCannotExec, false
-	}
-	// target is what dlock signals: the command's process group, or, in
-	// dlock's own group, the command itself.
-	target := -cmd.Process.Pid
-	if interactive {
-		target = cmd.Process.Pid
-		c.debugf("running %s (pid %d, with the terminal)", argv[0], target)
-	} else {
-		c.debugf("running %s (process group %d)", argv[0], -target)
-	}
-	for _, s := range early {
-		c.debugf("forwarding %s, which came as the command started", signalName(s))
-		_ = syscall.Kill(target, s.(syscall.Signal))
-	}
-
-	// terminate sends SIGTERM to the group, unless it was sent already, and
-	// SIGKILL at killAt (or earlier, if an earlier kill is already due).
-	var killTimer *time.Timer
-	var killC <-chan time.Time
-	var killAt time.Time
-	terminated := false
-	terminate := func(at time.Time) {
-		if !terminated {
-			terminated = true
-			_ = syscall.Kill(target, syscall.SIGTERM)
-			if interactive {
-				// The whole job, so that what the command started stops
-				// too (dlock gets it as well, and forwards it once more
-				// to the command); SIGKILL, below, reaches the command
-				// only.
-				_ = syscall.Kill(0, syscall.SIGTERM)
-			}
-		}
-		if !killAt.IsZero() && !at.Before(killAt) {
-			return
-		}
-		killAt = at
-		d := time.Until(at)
-		if d <= 0 {
-			_ = syscall.Kill(target, syscall.SIGKILL)
-			killC = nil
-			return
-		}
-		if killTimer == nil {
-			killTimer = time.NewTimer(d)
-		} else {
-			killTimer.Reset(d)
-		}
-		killC = killTimer.C
-	}
-	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-	}()
 
 	// The grace is kept while renewals go unconfirmed: risk fires when the
 	// validity left is down to the grace (and killMargin); if no renewal
@@ -466,11 +315,11 @@ waitStart:
 loop:
 	for {
 		select {
-		case <-exited:
+		case <-ch.exited:
 			break loop
 		case <-riskC:
 			select {
-			case <-exited:
+			case <-ch.exited:
 				break loop // it ended meanwhile: nothing to stop
 			default:
 			}
@@ -487,22 +336,16 @@ loop:
 			at := earlier(time.Now().Add(grace), v.Add(-margin))
 			c.errorf("renewals of the lock %q went unconfirmed; it could expire in %s: stopping the command (SIGTERM now, SIGKILL in %s)",
 				lock.Key(), max(time.Until(v), 0).Round(time.Millisecond), max(time.Until(at), 0).Round(time.Millisecond))
-			terminate(at)
-		case <-tstp:
+			ch.terminate(at)
+		case <-ch.tstp:
 			// The command got the SIGTSTP too, and stops by default.
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case s := <-sigs:
-			if interactive && fromTerminal(s) {
-				// The terminal sent it to the whole job: the command has
-				// it already.
-				continue
-			}
-			c.debugf("forwarding %s to the command", signalName(s))
-			_ = syscall.Kill(target, s.(syscall.Signal))
+			ch.forward(s)
 		case <-ctxDone:
 			ctxDone = nil
 			c.debugf("stopping the command: SIGTERM now, SIGKILL in %s", grace)
-			terminate(time.Now().Add(grace))
+			ch.terminate(time.Now().Add(grace))
 		case <-lostC:
 			lostC, riskC = nil, nil
 			// SIGKILL after the grace, but never once the lock could have
@@ -513,20 +356,18 @@ loop:
 			switch {
 			case lost:
 				c.errorf("lost the lock %q while the command stopped; SIGKILL in %s",
-					lock.Key(), max(time.Until(earlier(at, killAt)), 0).Round(time.Millisecond))
+					lock.Key(), max(time.Until(earlier(at, ch.killAt)), 0).Round(time.Millisecond))
 			default:
 				c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
 					lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
 			}
 			lost = true
-			terminate(at)
-		case <-killC:
-			killC = nil
-			c.debugf("sending SIGKILL to the command")
-			_ = syscall.Kill(target, syscall.SIGKILL)
+			ch.terminate(at)
+		case <-ch.killC:
+			ch.kill()
 		}
 	}
-	status = exitStatus(cmd.ProcessState)
+	status = ch.status()
 	if !lost {
 		select {
 		case <-lock.Lost():
@@ -536,40 +377,9 @@ loop:
 		default:
 		}
 	}
-	// The leader has exited; what is left of its group runs without the
-	// lock once it is released.
-	switch {
-	case interactive && lost:
-		_ = syscall.Kill(0, syscall.SIGTERM) // the job, what is left of it
-	case interactive:
-	case lost:
-		_ = syscall.Kill(target, syscall.SIGKILL)
-	case syscall.Kill(target, 0) == nil:
-		c.warnf("the command left processes running in its process group %d; they run without the lock", -target)
-	}
+	ch.leftovers(lost)
 	c.debugf("the command exited with status %d", status)
 	return status, lost
-}
-
-// exitStatus is the command's exit status as a shell reports it: 128+N when
-// it was killed by signal N.
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
-
-// withoutDlockEnv drops DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE inherited from
-// an enclosing dlock run, so that the command sees its own lock's.
-func withoutDlockEnv(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "DLOCK_KEY=") && !strings.HasPrefix(kv, "DLOCK_TOKEN=") && !strings.HasPrefix(kv, "DLOCK_FENCE=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // signalName is "SIGTERM" for syscall.SIGTERM.
@@ -590,14 +400,3 @@ func signalName(s os.Signal) string {
 	}
 	return s.String()
 }
-
-// errText is err's message on one line, without the "dlock: " prefix of the
-// library's errors, which the CLI's own messages carry already.
-// The library's advice to a Go program that met MOVED through a plain
-// client is left out too: the CLI's hint names --cluster instead.
-func errText(err error) string {
-	s := strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
-	return clusterAdvice.ReplaceAllString(s, "")
-}
-
-var clusterAdvice = regexp.MustCompile(` \(the server is a node of a Redis Cluster, [^)]*\)`)

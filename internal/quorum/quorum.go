@@ -28,6 +28,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// For is how many of n nodes must grant a key held with this limit: a
+// majority for a lock (limit ≤ 1), ⌊n·limit/(limit+1)⌋+1 for a semaphore
+// of limit permits, so that limit+1 holders can never each hold a quorum
+// (each node grants at most limit permits).
+func For(n, limit int) int {
+	if limit <= 1 {
+		return n/2 + 1
+	}
+	return n*limit/(limit+1) + 1
+}
+
 // Node is one independent Redis deployment (standalone, Sentinel or Cluster).
 type Node struct {
 	Client redis.UniversalClient

@@ -160,3 +160,22 @@ func TestProbeLogsNothing(t *testing.T) {
 	}
 	t.Logf("WithTimeout copies keep hooks: %v", keeps)
 }
+
+// TestFor: a majority for a lock; for n permits over N nodes, more than
+// N·n/(n+1), so that n+1 holders cannot each hold a quorum.
+func TestFor(t *testing.T) {
+	for _, tc := range []struct{ n, limit, want int }{
+		{1, 1, 1}, {3, 1, 2}, {4, 1, 3}, {5, 0, 3}, {5, 1, 3},
+		{1, 3, 1}, {3, 2, 3}, {5, 2, 4}, {5, 3, 4}, {5, 4, 5}, {7, 2, 5},
+	} {
+		got := For(tc.n, tc.limit)
+		if got != tc.want {
+			t.Errorf("For(%d, %d) = %d, want %d", tc.n, tc.limit, got, tc.want)
+		}
+		// limit+1 holders with got grants each need (limit+1)·got grants,
+		// more than the N·limit that the nodes can give.
+		if tc.limit > 1 && (tc.limit+1)*got <= tc.n*tc.limit {
+			t.Errorf("For(%d, %d) = %d: %d holders could each hold a quorum", tc.n, tc.limit, got, tc.limit+1)
+		}
+	}
+}
