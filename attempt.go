@@ -188,7 +188,6 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
 	late.decided.Add(1)
-	var k *Lock
 
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
@@ -206,84 +205,113 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			return parseAcquire(v)
 		},
 		func(rs []quorum.Result[acquireReply], suspects int) bool {
-			g, f := 0, 0
-			for _, r := range rs {
-				if r.Err == nil && r.Val.ok {
-					g++
-				} else {
-					f++
-				}
-			}
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
-			return g >= q || f+suspects > n-q
+			return quorum.Decided(rs, suspects, n, q, granted)
 		},
 		late)
 
 	res.callerDone = ctx.Err() != nil
-	var fence uint64
-	var grantedNodes []int
 	// effects: what each node's answer (or its absence) shows.
 	// On the stack for up to 8 nodes.
 	var effBuf [8]effect
 	var ansBuf [8]bool
+	var grantBuf [8]int
 	effects, answered := perNode(effBuf[:], n), perNode(ansBuf[:], n)
+	fence, grantedNodes := res.classify(l, cfg, nm, ks, regs, results, effects, answered, grantBuf[:0])
+	res.settleMissing(l, ks, regs, missing, effects, answered)
+	var k *Lock
+	if res.ok >= q {
+		k = l.grant(ctx, &res, nm, token, tokenArg, cfg, fence, results, timeout, start, effects)
+	}
+	switch {
+	case k == nil && !res.closed:
+		l.cleanAttempt(nm, token, cfg.ttl, effects)
+	case k != nil && ks != nil:
+		ks.acquired(grantedNodes)
+	}
+	late.k = k
+	late.decided.Done()
+	return k, res
+}
+
+// granted reports whether a node granted an attempt.
+func granted(r quorum.Result[acquireReply]) bool { return r.Err == nil && r.Val.ok }
+
+// classify counts the answers of an attempt's round in r, records in
+// effects and answered what each node's answer shows, registers the waiter
+// (ks, when waiting) where a node queued it, and returns the largest fence
+// granted and the nodes that granted, appended to grantedNodes.
+func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *names, ks *keyState, regs []nodeReg,
+	results []quorum.Result[acquireReply], effects []effect, answered []bool, grantedNodes []int) (fence uint64, _ []int) {
 	for i := range effects {
 		effects[i] = effUnknown
 	}
-	for _, r := range results {
-		effects[r.Node] = l.effectOf(r.Node, r.Err, r.Val.ok)
-		answered[r.Node] = true
+	for _, rs := range results {
+		effects[rs.Node] = l.effectOf(rs.Node, rs.Err, rs.Val.ok)
+		answered[rs.Node] = true
 		switch {
-		case r.Err != nil:
-			if held, ok := limitMismatch(r.Err); ok && res.limitErr == nil {
-				res.limitErr = limitError(key, held, max(cfg.limit, 1))
+		case rs.Err != nil:
+			if held, ok := limitMismatch(rs.Err); ok && r.limitErr == nil {
+				r.limitErr = limitError(r.key, held, max(cfg.limit, 1))
 			}
-			res.failed(l, r.Node, r.Err)
-		case r.Val.ok:
-			res.ok++
-			grantedNodes = append(grantedNodes, r.Node)
-			fence = max(fence, r.Val.fence)
-		case r.Val.pttl == -1:
+			r.failed(l, rs.Node, rs.Err)
+		case rs.Val.ok:
+			r.ok++
+			grantedNodes = append(grantedNodes, rs.Node)
+			fence = max(fence, rs.Val.fence)
+		case rs.Val.pttl == -1:
 			// A value without expiry: not written by dlock, which always
 			// sets one. Another program uses the key: waiting will not
 			// free it.
-			res.failed(l, r.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.lock))
+			r.failed(l, rs.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.lock))
 			if ks != nil {
-				ks.registered(r.Node, regs[r.Node], r.Val.pos) // to remove it when leaving
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.pos) // to remove it when leaving
 			}
 		default:
-			res.refused++
-			// The holder's remaining TTL times the wait (0: it expires
-			// within the millisecond). A reservation for a woken waiter
-			// (-3) is timed by the stand-in delay: by then the woken
-			// waiter holds the lock, with a TTL that times the next try,
-			// or is gone. A key without expiry (-1) times nothing.
-			var p time.Duration
-			switch {
-			case r.Val.pttl >= 0:
-				p = max(time.Duration(r.Val.pttl)*time.Millisecond, time.Millisecond)
-			case r.Val.pttl == -3:
-				p = l.standIn()
-			}
-			if p > 0 && (res.pttl == 0 || p < res.pttl) {
-				res.pttl = p
-			}
+			r.refused++
+			r.timeBy(l, rs.Val.pttl)
 			if ks != nil {
-				ks.registered(r.Node, regs[r.Node], r.Val.pos)
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.pos)
 			}
 		}
 	}
-	res.missed(l, missing)
+	return fence, grantedNodes
+}
+
+// timeBy lets a refusal whose holder's remaining TTL is pttl (in ms, as
+// acquire.lua answers) time the wait, if it is the shortest: 0 expires
+// within the millisecond; a reservation for a woken waiter (-3) is timed
+// by the stand-in delay (by then the woken waiter holds the lock, with a
+// TTL that times the next try, or is gone); a key without expiry (-1)
+// times nothing.
+func (r *attemptResult) timeBy(l *Locker, pttl int64) {
+	var p time.Duration
+	switch {
+	case pttl >= 0:
+		p = max(time.Duration(pttl)*time.Millisecond, time.Millisecond)
+	case pttl == -3:
+		p = l.standIn()
+	}
+	if p > 0 && (r.pttl == 0 || p < r.pttl) {
+		r.pttl = p
+	}
+}
+
+// settleMissing counts the nodes that did not answer in an attempt's round
+// (those not waited for, being suspect, apart), and tells the waiter (ks,
+// when waiting) which registrations are unknown: a node that did not
+// answer answers late (the late handler then settles what it did), except
+// one called inline (one Redis, see quorum.Call), whose command may run at
+// any time.
+func (r *attemptResult) settleMissing(l *Locker, ks *keyState, regs []nodeReg, missing []quorum.Missing, effects []effect, answered []bool) {
+	r.missed(l, missing)
 	for _, m := range missing {
 		if errors.Is(m.Err, quorum.ErrNotWaited) {
-			res.notWaited++
+			r.notWaited++
 		}
 	}
-	// A node that did not answer in the round answers late (the late
-	// handler then settles what it did), except one called inline (one
-	// Redis, see quorum.Call), whose command may run at any time.
-	lateComes := n > 1 || len(missing) == 0 || !missing[0].Inline
+	lateComes := len(effects) > 1 || len(missing) == 0 || !missing[0].Inline
 	if ks != nil {
 		for i, e := range effects {
 			if e == effUnknown && (answered[i] || !lateComes) {
@@ -291,55 +319,56 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			}
 		}
 	}
+}
 
-	if res.ok >= q {
-		ok := true
-		if n > 1 {
-			ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, q)
-		}
-		// Validity left, beyond the margin before which Lost fires.
-		validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
-		if ok && time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
-			var leaseBuf [8]nodeLease
-			leases := perNode(leaseBuf[:], n)
-			for i, e := range effects {
-				switch e {
-				case effSet:
-					leases[i].until = validUntil
-				case effUnknown:
-					leases[i].unknown = 1
-				}
-			}
-			k = l.newLock(key, nm, token, tokenArg, fence, cfg, leases)
-			if !k.start(start) {
-				// Closed meanwhile: give it back.
-				k.release(context.Background())
-				k = nil
-				res.closed = true
-			}
-		} else {
-			res.late = true
+// cleanAttempt releases what a failed attempt may have set: on granted
+// nodes, and on nodes whose answer was lost or late (at once, burying the
+// token, also where a late answer will come: the Locker may be closed
+// before it does). A grant of a split vote wakes nobody: the release that
+// freed the lock woke a waiter already.
+func (l *Locker) cleanAttempt(nm *names, token string, ttl time.Duration, effects []effect) {
+	now := time.Now()
+	for i, e := range effects {
+		if clean, bury := e.cleans(); clean {
+			l.clean(i, nm, token, ttl, bury, now, e == effUnknown)
 		}
 	}
-	if k == nil {
-		// Release wherever the key may have been set: granted nodes, and
-		// nodes whose answer was lost or late (at once, burying the token,
-		// also where a late answer will come: the Locker may be closed
-		// before it does).
-		now := time.Now()
-		for i, e := range effects {
-			if clean, bury := e.cleans(); clean && !res.closed {
-				// A grant of a split vote wakes nobody: the release that
-				// freed the lock woke a waiter already.
-				l.clean(i, nm, token, cfg.ttl, bury, now, e == effUnknown)
-			}
-		}
-	} else if ks != nil {
-		ks.acquired(grantedNodes)
+}
+
+// grant makes the lock of an attempt that a quorum granted, once the
+// fences are raised where a Redlock needs it, if validity is left beyond
+// the margin before which Lost fires. Otherwise it returns nil, with
+// res.late set (too late, or the raise failed) or res.closed (the Locker
+// was closed meanwhile: the lock was given back).
+func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *names, token string, tokenArg any, cfg lockConfig,
+	fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
+	ok := true
+	if len(l.nodes) > 1 {
+		ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, res.q)
 	}
-	late.k = k
-	late.decided.Done()
-	return k, res
+	validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
+	if !ok || !time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
+		res.late = true
+		return nil
+	}
+	var leaseBuf [8]nodeLease
+	leases := perNode(leaseBuf[:], len(l.nodes))
+	for i, e := range effects {
+		switch e {
+		case effSet:
+			leases[i].until = validUntil
+		case effUnknown:
+			leases[i].unknown = 1
+		}
+	}
+	k := l.newLock(res.key, nm, token, tokenArg, fence, cfg, leases)
+	if !k.start(start) {
+		// Closed meanwhile: give it back.
+		k.release(context.Background())
+		res.closed = true
+		return nil
+	}
+	return k
 }
 
 // lateAcquire handles the answers to an attempt that arrive after its round:

@@ -128,7 +128,7 @@ func (l *Locker) announce(key, msg string) {
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			return c.Publish(ctx, ch, msg).Result()
 		},
-		func(rs []quorum.Result[int64], suspects int) bool { return len(rs)+suspects >= n }, nil)
+		func(rs []quorum.Result[int64], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
 }
 
 // Leader returns the current leader of the election named key: the holder

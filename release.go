@@ -173,7 +173,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
 			// would refuse an acquisition made right after Release.
-			return len(rs)+suspects >= n
+			return quorum.AllAnswering(rs, suspects, n)
 		}, nil)
 	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	var ansBuf [8]bool

@@ -172,8 +172,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 			return intReply("extend", v, err)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
-			ok, bad := countOK(rs)
-			return ok >= need || bad+suspects > len(nodes)-need
+			return quorum.Decided(rs, suspects, len(nodes), need, confirmed)
 		},
 		quorum.LateFunc[int64](func(r quorum.Result[int64]) {
 			<-recorded
@@ -201,16 +200,8 @@ func (k *Lock) renewable() bool {
 	return free >= k.quorum
 }
 
-func countOK(rs []quorum.Result[int64]) (ok, bad int) {
-	for _, r := range rs {
-		if r.Err == nil && r.Val == 1 {
-			ok++
-		} else {
-			bad++
-		}
-	}
-	return ok, bad
-}
+// confirmed reports whether a node confirmed a renewal (extend.lua: 1).
+func confirmed(r quorum.Result[int64]) bool { return r.Err == nil && r.Val == 1 }
 
 // scheduleRenew has the lock renewed in d; k.mu is held.
 func (k *Lock) scheduleRenew(d time.Duration) {

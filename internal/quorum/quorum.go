@@ -28,6 +28,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Decided is the stop rule of a round that needs need of n nodes to grant
+// (granted tells a grant): it has decided once need nodes granted, or once
+// the other answers put need out of reach, counting as failed the suspect
+// nodes that the round does not wait for.
+func Decided[T any](rs []Result[T], suspects, n, need int, granted func(Result[T]) bool) bool {
+	g, f := 0, 0
+	for _, r := range rs {
+		if granted(r) {
+			g++
+		} else {
+			f++
+		}
+	}
+	return g >= need || f+suspects > n-need
+}
+
+// AllAnswering is the stop rule of a round that wants the answer of every
+// node that is answering: it has decided once each of the n nodes has
+// answered or is a suspect, not waited for.
+func AllAnswering[T any](rs []Result[T], suspects, n int) bool { return len(rs)+suspects >= n }
+
 // For is how many of n nodes must grant a key held with this limit: a
 // majority for a lock (limit ≤ 1), ⌊n·limit/(limit+1)⌋+1 for a semaphore
 // of limit permits, so that limit+1 holders can never each hold a quorum
