@@ -97,69 +97,10 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		return Status{}, err
 	}
 	nm := l.names(key)
-	lockKey, fenceKey, waitersKey, metaKey, limitKey := nm.lock, nm.fence, nm.waiters, nm.meta, nm.limit
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
-			var get, fence, limit *redis.StringCmd
-			var pttl *redis.DurationCmd
-			var waiters *redis.IntCmd
-			var meta *redis.MapStringStringCmd
-			var permits *redis.ZSliceCmd
-			var now *redis.TimeCmd
-			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				get = p.Get(ctx, lockKey)
-				pttl = p.PTTL(ctx, lockKey)
-				fence = p.Get(ctx, fenceKey)
-				waiters = p.ZCard(ctx, waitersKey)
-				meta = p.HGetAll(ctx, metaKey)
-				permits = p.ZRangeWithScores(ctx, lockKey, 0, -1) // a semaphore
-				limit = p.Get(ctx, limitKey)
-				now = p.Time(ctx)
-				return nil
-			})
-			// GET or ZRANGE answers WRONGTYPE, whichever the key is not;
-			// both do for a key of another type.
-			if err != nil && !errors.Is(err, redis.Nil) && (!redis.HasErrorPrefix(err, "WRONGTYPE") ||
-				(redis.HasErrorPrefix(get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(permits.Err(), "WRONGTYPE"))) {
-				return NodeStatus{}, err
-			}
-			var ns NodeStatus
-			if zs, err := permits.Result(); err == nil && len(zs) > 0 {
-				nowMS := now.Val().UnixMilli()
-				for _, z := range zs {
-					m, _ := z.Member.(string)
-					left := time.Duration(int64(z.Score)-nowMS) * time.Millisecond
-					if left <= 0 || strings.HasPrefix(m, "~") {
-						continue // expired, or reserved for a woken waiter
-					}
-					f, _ := strconv.ParseUint(meta.Val()["f:"+m], 10, 64)
-					ns.Permits = append(ns.Permits, Permit{Metadata: meta.Val()[m], TTL: left, Fence: f})
-					ns.holderFence = max(ns.holderFence, f)
-					if ns.TTL == 0 || left < ns.TTL {
-						ns.TTL = left
-					}
-				}
-				ns.Held = len(ns.Permits) > 0
-				ns.Limit, _ = strconv.Atoi(limit.Val())
-			}
-			if v, err := get.Result(); err == nil {
-				ns.Held = true
-				ns.Reserved = len(v) > 0 && v[0] == '~'
-				ns.token = v
-				ns.TTL = pttl.Val()
-				if ns.TTL < 0 {
-					ns.TTL = -1
-				}
-				ns.Metadata = meta.Val()[v]
-				ns.holderFence, _ = strconv.ParseUint(meta.Val()["f:"+v], 10, 64)
-			}
-			if f, err := fence.Uint64(); err == nil {
-				ns.Fence = f
-			}
-			ns.Fence = max(ns.Fence, ns.holderFence)
-			ns.Waiters = waiters.Val()
-			return ns, nil
+			return readNodeStatus(ctx, c, nm)
 		},
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
@@ -175,25 +116,8 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			o.ok++
 		}
 		st.Nodes[r.Node] = ns
-		if r.Err != nil {
-			continue
-		}
-		if ns.Held {
+		if r.Err == nil && st.add(ns) {
 			held++
-			if st.TTL == 0 || (ns.TTL > 0 && ns.TTL < st.TTL) {
-				st.TTL = ns.TTL
-			}
-		}
-		st.Fence = max(st.Fence, ns.Fence)
-		st.Waiters = max(st.Waiters, ns.Waiters)
-		if st.Metadata == "" {
-			st.Metadata = ns.Metadata
-		}
-		if st.Limit == 0 {
-			st.Limit = ns.Limit
-		}
-		if len(ns.Permits) > len(st.Permits) {
-			st.Permits = ns.Permits
 		}
 	}
 	for _, m := range missing {
@@ -205,6 +129,101 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		return st, o.wrap(class, fmt.Sprintf("status %q: no node answered", key))
 	}
 	return st, nil
+}
+
+// add merges the answer of a node into the status (the shortest TTL of the
+// nodes that hold the key, the largest fence and count of waiters, the
+// first metadata and limit, the longest list of permits), and reports
+// whether the node holds the key.
+func (st *Status) add(ns NodeStatus) (held bool) {
+	if ns.Held {
+		if st.TTL == 0 || (ns.TTL > 0 && ns.TTL < st.TTL) {
+			st.TTL = ns.TTL
+		}
+	}
+	st.Fence = max(st.Fence, ns.Fence)
+	st.Waiters = max(st.Waiters, ns.Waiters)
+	if st.Metadata == "" {
+		st.Metadata = ns.Metadata
+	}
+	if st.Limit == 0 {
+		st.Limit = ns.Limit
+	}
+	if len(ns.Permits) > len(st.Permits) {
+		st.Permits = ns.Permits
+	}
+	return ns.Held
+}
+
+// readNodeStatus reads the status of a lock on one node, in one pipeline:
+// its holder (a lock's token, or a semaphore's permits), TTL, counter,
+// waiters, metadata and limit, and the server's time.
+func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *names) (NodeStatus, error) {
+	var get, fence, limit *redis.StringCmd
+	var pttl *redis.DurationCmd
+	var waiters *redis.IntCmd
+	var meta *redis.MapStringStringCmd
+	var permits *redis.ZSliceCmd
+	var now *redis.TimeCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, nm.lock)
+		pttl = p.PTTL(ctx, nm.lock)
+		fence = p.Get(ctx, nm.fence)
+		waiters = p.ZCard(ctx, nm.waiters)
+		meta = p.HGetAll(ctx, nm.meta)
+		permits = p.ZRangeWithScores(ctx, nm.lock, 0, -1) // a semaphore
+		limit = p.Get(ctx, nm.limit)
+		now = p.Time(ctx)
+		return nil
+	})
+	// GET or ZRANGE answers WRONGTYPE, whichever the key is not;
+	// both do for a key of another type.
+	if err != nil && !errors.Is(err, redis.Nil) && (!redis.HasErrorPrefix(err, "WRONGTYPE") ||
+		(redis.HasErrorPrefix(get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(permits.Err(), "WRONGTYPE"))) {
+		return NodeStatus{}, err
+	}
+	var ns NodeStatus
+	if zs, err := permits.Result(); err == nil && len(zs) > 0 {
+		ns.addPermits(zs, meta.Val(), now.Val().UnixMilli())
+		ns.Limit, _ = strconv.Atoi(limit.Val())
+	}
+	if v, err := get.Result(); err == nil {
+		ns.Held = true
+		ns.Reserved = len(v) > 0 && v[0] == '~'
+		ns.token = v
+		ns.TTL = pttl.Val()
+		if ns.TTL < 0 {
+			ns.TTL = -1
+		}
+		ns.Metadata = meta.Val()[v]
+		ns.holderFence, _ = strconv.ParseUint(meta.Val()["f:"+v], 10, 64)
+	}
+	if f, err := fence.Uint64(); err == nil {
+		ns.Fence = f
+	}
+	ns.Fence = max(ns.Fence, ns.holderFence)
+	ns.Waiters = waiters.Val()
+	return ns, nil
+}
+
+// addPermits records a semaphore's permits (its sorted set, scored by
+// expiry in ms on the server's clock, nowMS) with their metadata and
+// fences: the live ones, not those reserved for a woken waiter.
+func (ns *NodeStatus) addPermits(zs []redis.Z, meta map[string]string, nowMS int64) {
+	for _, z := range zs {
+		m, _ := z.Member.(string)
+		left := time.Duration(int64(z.Score)-nowMS) * time.Millisecond
+		if left <= 0 || strings.HasPrefix(m, "~") {
+			continue // expired, or reserved for a woken waiter
+		}
+		f, _ := strconv.ParseUint(meta["f:"+m], 10, 64)
+		ns.Permits = append(ns.Permits, Permit{Metadata: meta[m], TTL: left, Fence: f})
+		ns.holderFence = max(ns.holderFence, f)
+		if ns.TTL == 0 || left < ns.TTL {
+			ns.TTL = left
+		}
+	}
+	ns.Held = len(ns.Permits) > 0
 }
 
 // checkKey reports a Locker option or a key that cannot be used.
