@@ -329,7 +329,28 @@ func (o *observer) wait(d time.Duration) time.Duration {
 
 func (o *observer) run(ctx context.Context, channel string) {
 	defer o.l.observers.Done()
-	var wg, subscribed sync.WaitGroup
+	var wg sync.WaitGroup
+	o.subscribe(ctx, channel, &wg)
+	defer func() {
+		close(o.stop)
+		for _, ps := range o.subs {
+			_ = ps.Close()
+		}
+		wg.Wait()
+		close(o.out)
+	}()
+	var st electionState
+	if o.first(ctx, &st) {
+		o.follow(ctx, &st)
+	}
+}
+
+// subscribe subscribes to channel on every node, each on a goroutine of
+// its own that then receives the node's announcements until o.stop (wg
+// counts them), and returns once each has subscribed (or given up after
+// subscribeTimeout), so that no change after the first read goes unheard.
+func (o *observer) subscribe(ctx context.Context, channel string, wg *sync.WaitGroup) {
+	var subscribed sync.WaitGroup
 	for i, ps := range o.subs {
 		wg.Add(1)
 		subscribed.Add(1)
@@ -342,46 +363,33 @@ func (o *observer) run(ctx context.Context, channel string) {
 			receive(ps, channel, o.stop, &observerNode{o: o, node: i, channel: channel})
 		}()
 	}
-	// Subscribed before the first read, so that no change after it goes
-	// unheard.
 	subscribed.Wait()
-	defer func() {
-		close(o.stop)
-		for _, ps := range o.subs {
-			_ = ps.Close()
-		}
-		wg.Wait()
-		close(o.out)
-	}()
+}
 
-	// The current leader first.
-	var st electionState
+// first reads the current leader into st, again on a backoff while too
+// few nodes answer; it reports false if ctx ended or the Locker was closed
+// first.
+func (o *observer) first(ctx context.Context, st *electionState) bool {
 	for {
 		if st.read(ctx, o.l, o.key) || ctx.Err() != nil {
-			break
+			return ctx.Err() == nil
 		}
 		select {
 		case <-time.After(errorRetry(o.l.nodeTimeout(DefaultTTL), 0)):
 		case <-ctx.Done():
 		case <-o.l.done:
-			return
+			return false
 		}
 	}
-	if ctx.Err() != nil {
-		return
-	}
-	// queue holds the changes not sent yet, oldest first (at most
-	// observeQueue: a reader further behind loses the oldest).
-	queue := []Leader{st.cur}
-	push := func(before Leader) {
-		if st.cur == before {
-			return
-		}
-		if len(queue) == observeQueue {
-			queue = queue[1:]
-		}
-		queue = append(queue, st.cur)
-	}
+}
+
+// follow sends the leader in st, then each change: from the announcements
+// (o.events), from the reads that the check timer asks for (when the
+// leader's lock could have run out, after a vacancy or a doubt, and
+// periodically), until ctx ends or the Locker is closed. Changes wait in a
+// queue for a reader that is behind.
+func (o *observer) follow(ctx context.Context, st *electionState) {
+	queue := leaderQueue{st.cur}
 	check := time.NewTimer(o.wait(st.next))
 	defer check.Stop()
 	errWait := 0
@@ -397,7 +405,7 @@ func (o *observer) run(ctx context.Context, channel string) {
 		case p := <-o.events:
 			before := st.cur
 			if st.apply(p) {
-				push(before)
+				queue.push(before, st.cur)
 				if st.cur.Term == 0 {
 					check.Reset(0) // a vacancy: make sure, and look for the next leader
 				}
@@ -423,7 +431,7 @@ func (o *observer) run(ctx context.Context, channel string) {
 				st.next = errorRetry(o.l.nodeTimeout(DefaultTTL), errWait)
 				errWait++
 			}
-			push(before)
+			queue.push(before, st.cur)
 			check.Reset(o.wait(st.next))
 		case <-o.poke:
 			check.Reset(o.wait(st.next))
@@ -433,6 +441,21 @@ func (o *observer) run(ctx context.Context, channel string) {
 			return
 		}
 	}
+}
+
+// leaderQueue holds the changes not sent yet, oldest first (at most
+// observeQueue: a reader further behind loses the oldest).
+type leaderQueue []Leader
+
+// push queues cur if it differs from before.
+func (q *leaderQueue) push(before, cur Leader) {
+	if cur == before {
+		return
+	}
+	if len(*q) == observeQueue {
+		*q = (*q)[1:]
+	}
+	*q = append(*q, cur)
 }
 
 // observeQueue is how many changes an observer keeps for a reader that is
