@@ -319,10 +319,7 @@ func giveBackOnPanic(k *Lock) {
 		return
 	}
 	if r := recover(); r != nil {
-		k.mu.Lock()
-		k.acquiredAt = time.Time{} // no EventReleased (see Lock.release)
-		k.mu.Unlock()
-		k.release(context.Background())
+		k.giveBack()
 		panic(r)
 	}
 }
@@ -346,9 +343,7 @@ func (a *acquisition) end(k *Lock, err error) {
 		return
 	}
 	e.Kind, e.Fence, e.TTL, e.Err = EventAcquired, k.fence, k.ttl, nil
-	k.mu.Lock()
-	k.hookCtx = a.ctx
-	k.mu.Unlock()
+	k.setHookCtx(a.ctx)
 	a.told(k, e)
 }
 
@@ -359,12 +354,7 @@ func (a *acquisition) told(k *Lock, e Event) {
 	a.l.hook.Event(a.ctx, e)
 	// A loss while the hook was not yet told of the acquisition (the
 	// Locker closed meanwhile) is told now, after it.
-	k.mu.Lock()
-	k.told = true
-	lost := k.pendingLost
-	k.pendingLost = nil
-	k.mu.Unlock()
-	if lost != nil {
+	if lost := k.acquisitionTold(); lost != nil {
 		a.l.hook.Event(context.WithoutCancel(a.ctx), *lost)
 	}
 }

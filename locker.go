@@ -234,9 +234,7 @@ func (l *Locker) Close() error {
 			defer wg.Done()
 			// The holder first, the key after: nobody else may take the
 			// lock while its holder still works under it.
-			k.mu.Lock()
-			held := !k.lost && !k.released
-			k.mu.Unlock()
+			held := k.held()
 			k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
 			r := k.release(context.Background())
 			switch {

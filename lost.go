@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -88,4 +89,31 @@ func (k *Lock) wasLost() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.lost
+}
+
+// setHookCtx records the context of the acquisition's events for the
+// lock's background events (see eventCtx).
+func (k *Lock) setHookCtx(ctx context.Context) {
+	k.mu.Lock()
+	k.hookCtx = ctx
+	k.mu.Unlock()
+}
+
+// acquisitionTold records that the hook was told of the acquisition, and
+// returns the loss held back until then (see lostEvent), if any.
+func (k *Lock) acquisitionTold() (lost *Event) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.told = true
+	lost, k.pendingLost = k.pendingLost, nil
+	return lost
+}
+
+// giveBack releases a lock whose acquisition the hook will not see end
+// (see giveBackOnPanic): the hook hears of no release either.
+func (k *Lock) giveBack() {
+	k.mu.Lock()
+	k.acquiredAt = time.Time{} // no EventReleased (see Lock.release)
+	k.mu.Unlock()
+	k.release(context.Background())
 }
