@@ -13,6 +13,7 @@ import (
 // it can no longer be guaranteed, and storage that checks the Fence can
 // reject a stale owner's writes.
 type Lock struct {
+	// Set by newLock and never changed: read without a lock.
 	l         *Locker
 	key       string
 	names     *names
@@ -34,6 +35,11 @@ type Lock struct {
 	// not a mutex, so that Extend can stop waiting when its ctx ends.
 	ops chan struct{}
 
+	// Everything below is guarded by mu. The type is one, split across
+	// files for size: the validity and per-node knowledge are written by
+	// the rounds (renew.go, lease.go, release.go), the end of the lock by
+	// markLost and Release (lost.go, release.go), the hook's bookkeeping
+	// by the methods in lost.go that hook.go calls, the timer by renew.go.
 	mu         sync.Mutex
 	ttl        time.Duration
 	nodes      []nodeLease  // per node

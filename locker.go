@@ -21,6 +21,8 @@ import (
 // many goroutines; one Locker per process is the intended use, since waiters
 // for the same key in one Locker queue locally and share one subscription.
 type Locker struct {
+	// Set by newLocker and never changed (the subscribers and cleaners
+	// have their own locks; recent and seq are atomic).
 	nodes  []*quorum.Node
 	quorum int
 	cfg    lockerConfig
@@ -46,13 +48,19 @@ type Locker struct {
 	recent [namesCacheSize]atomic.Pointer[names]
 	seed   maphash.Seed
 
-	// renewCtx is cancelled when Close begins: renewals under way stop.
+	// The lifetimes, each ended by Close alone, in this order: done
+	// (below) is closed when Close begins (waiting calls return, observers
+	// end), renewCtx is cancelled right after (renewals under way stop),
+	// bg once Close has waited for what it waits for (background clean-up
+	// stops).
 	renewCtx    context.Context
 	renewCancel context.CancelFunc
 	// bg is cancelled when Close ends: background clean-up stops.
 	bg       context.Context
 	bgCancel context.CancelFunc
 
+	// Guarded by mu: the keys being waited for (keyState.refs counts their
+	// Acquire calls, under mu too), the locks held, and Close's progress.
 	mu      sync.Mutex
 	keys    map[string]*keyState
 	locks   map[*Lock]struct{}
