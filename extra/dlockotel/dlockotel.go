@@ -83,7 +83,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -162,95 +161,12 @@ const (
 	ResultLost          = "lost"
 )
 
-// result indexes the outcomes of acquisitions and attempts.
-type result uint8
-
-const (
-	rAcquired result = iota
-	rBusy
-	rTimeout
-	rCanceled
-	rUnavailable
-	rMisconfigured
-	rClosed
-	rInvalid
-	rError
-	nResults
-)
-
-var resultNames = [nResults]string{
-	rAcquired: ResultAcquired, rBusy: ResultBusy, rTimeout: ResultTimeout, rCanceled: ResultCanceled,
-	rUnavailable: ResultUnavailable, rMisconfigured: ResultMisconfigured, rClosed: ResultClosed, rInvalid: ResultInvalid, rError: ResultError,
-}
-
-// resultIndex maps the values of dlock.Event.Result to results.
-var resultIndex = func() map[string]result {
-	m := make(map[string]result, nResults)
-	for r, name := range resultNames {
-		m[name] = result(r)
-	}
-	return m
-}()
-
-// resultOf is the result of an acquisition or an attempt.
-func resultOf(e dlock.Event) result {
-	if r, ok := resultIndex[e.Result()]; ok {
-		return r
-	}
-	return rError
-}
-
 // Default histogram bucket boundaries, in seconds (advice: a View
 // overrides them).
 var (
 	waitBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 	heldBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400}
 )
-
-// An Option configures New.
-type Option func(*config)
-
-type config struct {
-	tp      trace.TracerProvider
-	mp      metric.MeterProvider
-	attrs   []attribute.KeyValue
-	keyAttr bool
-}
-
-// WithTracerProvider sets the TracerProvider of the spans; the default is
-// the global one (otel.GetTracerProvider). A nil tp is ignored.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) {
-		if tp != nil {
-			c.tp = tp
-		}
-	}
-}
-
-// WithMeterProvider sets the MeterProvider of the metrics; the default is
-// the global one (otel.GetMeterProvider). A nil mp is ignored.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) {
-		if mp != nil {
-			c.mp = mp
-		}
-	}
-}
-
-// WithAttributes adds attrs to every span and every metric of the hook:
-// attributes that are the same for the whole Locker (which fleet, which
-// Redis deployment). They must be few and bounded, as every metric
-// attribute is. Calls add up.
-func WithAttributes(attrs ...attribute.KeyValue) Option {
-	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
-}
-
-// WithKeyAttribute sets whether spans carry the lock's key as dlock.key
-// (default true). Turn it off when keys hold what traces must not (a
-// user's e-mail address, a customer's name). Metrics never carry the key.
-func WithKeyAttribute(on bool) Option {
-	return func(c *config) { c.keyAttr = on }
-}
 
 // Hook is a dlock.Hook that records spans and metrics (see the package
 // documentation). It is safe for concurrent use and may be installed on
@@ -385,49 +301,6 @@ func (h *Hook) set(extra ...attribute.KeyValue) attribute.Set {
 	return attribute.NewSet(append(kvs, extra...)...)
 }
 
-// acqKey is the context key of an acquisition's state, one per Hook.
-type acqKey struct{ h *Hook }
-
-// acqCtx is the context Start returns when it opened a recording span: the
-// span in the caller's context is the acquisition's, and the Hook finds its
-// own span through acqKey (not through trace.SpanFromContext, which could
-// be the caller's span or another hook's).
-type acqCtx struct {
-	context.Context
-	h    *Hook
-	span trace.Span
-}
-
-// Value implements context.Context.
-func (c *acqCtx) Value(key any) any {
-	if k, ok := key.(acqKey); ok && k.h == c.h {
-		return c
-	}
-	return c.Context.Value(key)
-}
-
-// acquisition returns the acquisition span of ctx opened by h, or nil.
-func (h *Hook) acquisition(ctx context.Context) *acqCtx {
-	a, _ := ctx.Value(acqKey{h}).(*acqCtx)
-	return a
-}
-
-// Start implements dlock.Hook: it opens the acquisition's span.
-func (h *Hook) Start(ctx context.Context, key string) context.Context {
-	h.active.Add(ctx, 1, h.base...)
-	opts := h.startOpts
-	if h.keyAttr {
-		opts = append(opts[:len(opts):len(opts)], trace.WithAttributes(KeyKey.String(key)))
-	}
-	sctx, span := h.tracer.Start(ctx, SpanAcquire, opts...)
-	if !span.IsRecording() {
-		// Nothing to record: the events need not find it (and must not
-		// take the caller's span for it).
-		return ctx
-	}
-	return &acqCtx{Context: sctx, h: h, span: span}
-}
-
 // Event implements dlock.Hook.
 func (h *Hook) Event(ctx context.Context, e dlock.Event) {
 	switch e.Kind {
@@ -506,42 +379,6 @@ func (h *Hook) ended(ctx context.Context, e dlock.Event) {
 		a.span.SetStatus(codes.Error, e.Err.Error())
 	}
 	a.span.End()
-}
-
-// lostSpan records a loss as a span of its own (see the package
-// documentation), linked to the acquisition's span when ctx has it.
-func (h *Hook) lostSpan(ctx context.Context, e dlock.Event) {
-	now := time.Now()
-	kvs := make([]attribute.KeyValue, 0, len(h.attrs)+4)
-	kvs = append(kvs, h.attrs...)
-	if h.keyAttr {
-		kvs = append(kvs, KeyKey.String(e.Key))
-	}
-	kvs = append(kvs, KeyLostReason.String(e.Reason), KeyHeld.Float64(e.Held.Seconds()))
-	if e.Limit > 0 {
-		kvs = append(kvs, KeyLimit.Int(e.Limit))
-	}
-	opts := []trace.SpanStartOption{
-		trace.WithNewRoot(),
-		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithTimestamp(now.Add(-e.Held)),
-		trace.WithAttributes(kvs...),
-	}
-	if a := h.acquisition(ctx); a != nil {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: a.span.SpanContext()}))
-	}
-	_, span := h.tracer.Start(ctx, SpanLost, opts...)
-	if span.IsRecording() && e.Reason != dlock.LostClosed {
-		// A Locker closed while the lock was held is a shutdown, not a
-		// fault: its status stays Unset.
-		msg := "lock lost: " + e.Reason
-		if e.Err != nil {
-			span.RecordError(e.Err, trace.WithTimestamp(now))
-			msg = e.Err.Error()
-		}
-		span.SetStatus(codes.Error, msg)
-	}
-	span.End(trace.WithTimestamp(now))
 }
 
 // lostReason returns the measurement options of a lost lock's reason.

@@ -94,6 +94,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/results"
 )
 
 // Label values of result (dlock_acquisitions_total,
@@ -118,26 +119,24 @@ const (
 	OutcomeLost     = "lost"
 )
 
-type result uint8
+// result indexes the outcomes of acquisitions and attempts (shared with
+// extra/dlockotel: internal/results).
+type result = results.Index
 
 const (
-	resAcquired result = iota
-	resBusy
-	resTimeout
-	resCanceled
-	resUnavailable
-	resMisconfigured
-	resClosed
-	resInvalid
-	resError
-	numResults
+	resAcquired      = results.Acquired
+	resBusy          = results.Busy
+	resTimeout       = results.Timeout
+	resCanceled      = results.Canceled
+	resUnavailable   = results.Unavailable
+	resMisconfigured = results.Misconfigured
+	resClosed        = results.Closed
+	resInvalid       = results.Invalid
+	resError         = results.Error
+	numResults       = results.N
 )
 
-var resultNames = [numResults]string{
-	resAcquired: ResultAcquired, resBusy: ResultBusy, resTimeout: ResultTimeout, resCanceled: ResultCanceled,
-	resUnavailable: ResultUnavailable, resMisconfigured: ResultMisconfigured,
-	resClosed: ResultClosed, resInvalid: ResultInvalid, resError: ResultError,
-}
+var resultNames = results.Names
 
 // attemptResults are the results an attempt can have (EventAttempt's Err).
 var attemptResults = []result{resAcquired, resBusy, resUnavailable, resMisconfigured, resClosed}
@@ -158,22 +157,8 @@ func lostIndex(reason string) int {
 	return 3
 }
 
-// resultIndex maps the values of dlock.Event.Result to results.
-var resultIndex = func() map[string]result {
-	m := make(map[string]result, numResults)
-	for r, name := range resultNames {
-		m[name] = result(r)
-	}
-	return m
-}()
-
 // resultOf is the result of an acquisition or an attempt.
-func resultOf(e dlock.Event) result {
-	if r, ok := resultIndex[e.Result()]; ok {
-		return r
-	}
-	return resError
-}
+func resultOf(e dlock.Event) result { return results.Of(e) }
 
 // A Collector counts what dlock Lockers do and exports it to Prometheus. It
 // is a dlock.Hook: install it with dlock.WithHook on each Locker to
