@@ -405,7 +405,7 @@ func (o *observer) follow(ctx context.Context, st *electionState) {
 		case p := <-o.events:
 			before := st.cur
 			if st.apply(p) {
-				queue.push(before, st.cur)
+				queue = queue.push(before, st.cur)
 				if st.cur.Term == 0 {
 					check.Reset(0) // a vacancy: make sure, and look for the next leader
 				}
@@ -431,7 +431,7 @@ func (o *observer) follow(ctx context.Context, st *electionState) {
 				st.next = errorRetry(o.l.nodeTimeout(DefaultTTL), errWait)
 				errWait++
 			}
-			queue.push(before, st.cur)
+			queue = queue.push(before, st.cur)
 			check.Reset(o.wait(st.next))
 		case <-o.poke:
 			check.Reset(o.wait(st.next))
@@ -447,15 +447,17 @@ func (o *observer) follow(ctx context.Context, st *electionState) {
 // observeQueue: a reader further behind loses the oldest).
 type leaderQueue []Leader
 
-// push queues cur if it differs from before.
-func (q *leaderQueue) push(before, cur Leader) {
+// push returns q with cur queued if it differs from before. (A value
+// receiver, so that the queue of a reader that keeps up stays on the
+// stack.)
+func (q leaderQueue) push(before, cur Leader) leaderQueue {
 	if cur == before {
-		return
+		return q
 	}
-	if len(*q) == observeQueue {
-		*q = (*q)[1:]
+	if len(q) == observeQueue {
+		q = q[1:]
 	}
-	*q = append(*q, cur)
+	return append(q, cur)
 }
 
 // observeQueue is how many changes an observer keeps for a reader that is

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
 // target is the Redis deployment a command talks to.
@@ -48,7 +49,7 @@ func (t *target) describe() string {
 	case len(t.names) == 1:
 		return t.names[0]
 	}
-	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", len(t.names)/2+1, len(t.names))
+	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", quorum.For(len(t.names), 1), len(t.names))
 }
 
 // nodes is how many independent deployments the lock is on.
