@@ -66,6 +66,10 @@ var (
 	// ErrInvalid is wrapped by every error about a bad argument: an empty key,
 	// a TTL that is not positive or too short, a nil function, no clients.
 	ErrInvalid = errors.New("dlock: invalid argument")
+
+	// ErrNoLeader is wrapped by the error of Leader when the election has
+	// no leader.
+	ErrNoLeader = errors.New("dlock: no leader")
 )
 
 // NodeError is the failure of one Redis node in a round. It is wrapped in the
