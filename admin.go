@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -158,7 +159,7 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 // readNodeStatus reads the status of a lock on one node, in one pipeline:
 // its holder (a lock's token, or a semaphore's permits), TTL, counter,
 // waiters, metadata and limit, and the server's time.
-func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *names) (NodeStatus, error) {
+func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names) (NodeStatus, error) {
 	var get, fence, limit *redis.StringCmd
 	var pttl *redis.DurationCmd
 	var waiters *redis.IntCmd
@@ -166,13 +167,13 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *names) (No
 	var permits *redis.ZSliceCmd
 	var now *redis.TimeCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, nm.lock)
-		pttl = p.PTTL(ctx, nm.lock)
-		fence = p.Get(ctx, nm.fence)
-		waiters = p.ZCard(ctx, nm.waiters)
-		meta = p.HGetAll(ctx, nm.meta)
-		permits = p.ZRangeWithScores(ctx, nm.lock, 0, -1) // a semaphore
-		limit = p.Get(ctx, nm.limit)
+		get = p.Get(ctx, nm.Lock)
+		pttl = p.PTTL(ctx, nm.Lock)
+		fence = p.Get(ctx, nm.Fence)
+		waiters = p.ZCard(ctx, nm.Waiters)
+		meta = p.HGetAll(ctx, nm.Meta)
+		permits = p.ZRangeWithScores(ctx, nm.Lock, 0, -1) // a semaphore
+		limit = p.Get(ctx, nm.Limit)
 		now = p.Time(ctx)
 		return nil
 	})
@@ -255,10 +256,10 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
 			for range 3 {
-				v, err := c.Get(ctx, nm.lock).Result()
+				v, err := c.Get(ctx, nm.Lock).Result()
 				if redis.HasErrorPrefix(err, "WRONGTYPE") {
 					// A semaphore: release every permit.
-					ms, err := c.ZRange(ctx, nm.lock, 0, -1).Result()
+					ms, err := c.ZRange(ctx, nm.Lock, 0, -1).Result()
 					if err != nil {
 						return 0, err
 					}

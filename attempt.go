@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/redis/go-redis/v9"
 )
@@ -165,7 +166,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	token := newToken()
 	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
 	timeout := l.nodeTimeout(cfg.ttl)
-	var nm *names
+	var nm *keys.Names
 	if ks != nil {
 		nm = ks.names
 	} else {
@@ -183,7 +184,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	res.q = q
 	var args []any // the same command for every node when not registering
 	if regs == nil {
-		args = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim)
+		args = acquireScript.args(nm.AcquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim)
 	}
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
@@ -195,7 +196,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			a := args
 			if regs != nil {
 				reg := regs[i]
-				a = acquireScript.args(nm.acquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim,
+				a = acquireScript.args(nm.AcquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim,
 					reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh)
 			}
 			v, err := l.runScript(ctx, c, timeout, acquireScript, a)
@@ -242,7 +243,7 @@ func granted(r quorum.Result[acquireReply]) bool { return r.Err == nil && r.Val.
 // effects and answered what each node's answer shows, registers the waiter
 // (ks, when waiting) where a node queued it, and returns the largest fence
 // granted and the nodes that granted, appended to grantedNodes.
-func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *names, ks *keyState, regs []nodeReg,
+func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *keyState, regs []nodeReg,
 	results []quorum.Result[acquireReply], effects []effect, answered []bool, grantedNodes []int) (fence uint64, _ []int) {
 	for i := range effects {
 		effects[i] = effUnknown
@@ -264,7 +265,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *names, ks *keySt
 			// A value without expiry: not written by dlock, which always
 			// sets one. Another program uses the key: waiting will not
 			// free it.
-			r.failed(l, rs.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.lock))
+			r.failed(l, rs.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock))
 			if ks != nil {
 				ks.registered(rs.Node, regs[rs.Node], rs.Val.pos) // to remove it when leaving
 			}
@@ -326,7 +327,7 @@ func (r *attemptResult) settleMissing(l *Locker, ks *keyState, regs []nodeReg, m
 // token, also where a late answer will come: the Locker may be closed
 // before it does). A grant of a split vote wakes nobody: the release that
 // freed the lock woke a waiter already.
-func (l *Locker) cleanAttempt(nm *names, token string, ttl time.Duration, effects []effect) {
+func (l *Locker) cleanAttempt(nm *keys.Names, token string, ttl time.Duration, effects []effect) {
 	now := time.Now()
 	for i, e := range effects {
 		if clean, bury := e.cleans(); clean {
@@ -340,7 +341,7 @@ func (l *Locker) cleanAttempt(nm *names, token string, ttl time.Duration, effect
 // the margin before which Lost fires. Otherwise it returns nil, with
 // res.late set (too late, or the raise failed) or res.closed (the Locker
 // was closed meanwhile: the lock was given back).
-func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *names, token string, tokenArg any, cfg lockConfig,
+func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, token string, tokenArg any, cfg lockConfig,
 	fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
 	ok := true
 	if len(l.nodes) > 1 {
@@ -378,7 +379,7 @@ type lateAcquire struct {
 	l       *Locker
 	ks      *keyState
 	regs    []nodeReg
-	nm      *names
+	nm      *keys.Names
 	token   string
 	ttl     time.Duration
 	decided sync.WaitGroup
@@ -401,7 +402,7 @@ func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
 // raiseFences makes sure that at least a quorum of nodes holds a fence
 // counter ≥ fence: nodes of the granting quorum that returned less are raised
 // (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, nm *names, token string, ttl time.Duration, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
+func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
 	confirmed := 0
 	var low []int
 	for _, r := range results {
@@ -417,7 +418,7 @@ func (l *Locker) raiseFences(ctx context.Context, nm *names, token string, ttl t
 		return true
 	}
 	need := q - confirmed
-	args := raiseScript.args(nm.raiseKeys[:], strconv.FormatUint(fence, 10), l.counterLife(ttl), token)
+	args := raiseScript.args(nm.RaiseKeys[:], strconv.FormatUint(fence, 10), l.counterLife(ttl), token)
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {

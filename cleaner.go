@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -59,7 +60,7 @@ type cleaner struct {
 // cleanup is one dead token, or one waiter that left, to clean on a
 // cleaner's node.
 type cleanup struct {
-	nm *names
+	nm *keys.Names
 	// expected is the value to delete: a dead token, or "~MEMBER", the
 	// reservation of a waiter that left. It names the job.
 	expected string
@@ -83,7 +84,7 @@ type cleanup struct {
 // clean has the key of token cleaned up on node i, burying the token if
 // bury is set (a command of it may still run), not before at, waking a
 // waiter if wake is set or the Locker has one node. It does not block.
-func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, bury bool, at time.Time, wake bool) {
+func (l *Locker) clean(i int, nm *keys.Names, token string, ttl time.Duration, bury bool, at time.Time, wake bool) {
 	l.addCleanup(i, &cleanup{nm: nm, expected: token, ttl: ttl, passes: 1, bury: bury, at: at, wake: wake || len(l.nodes) == 1})
 }
 
@@ -96,7 +97,7 @@ func (l *Locker) clean(i int, nm *names, token string, ttl time.Duration, bury b
 // does not stall the queue: a release passes over a waiter whose wake-up
 // nobody hears, its Locker hands on one it hears for a waiter that left
 // (see Locker.deliver), and the registration's lease runs out.
-func (l *Locker) leave(i int, nm *names, member string, passes int) {
+func (l *Locker) leave(i int, nm *keys.Names, member string, passes int) {
 	l.addCleanup(i, &cleanup{nm: nm, expected: "~" + member, leaving: member, passes: passes, at: time.Now(), wake: true})
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // FuzzParseAcquire: no reply shape makes the parser panic, and a reply
@@ -93,21 +95,21 @@ func FuzzNames(f *testing.F) {
 		if key == "" || other == "" {
 			return
 		}
-		n := l.makeNames(key)
-		slot := hashSlot(n.lock)
-		keys := []string{n.fence, n.waiters, n.leases, n.meta}
-		for _, k := range append(append(append(n.acquireKeys[:], n.releaseKeys[:]...), n.extendKeys[:]...), n.raiseKeys[:]...) {
-			keys = append(keys, k.(string))
+		n := keys.Make(l.cfg.prefix, key)
+		slot := hashSlot(n.Lock)
+		ks := []string{n.Fence, n.Waiters, n.Leases, n.Meta}
+		for _, k := range append(append(append(n.AcquireKeys[:], n.ReleaseKeys[:]...), n.ExtendKeys[:]...), n.RaiseKeys[:]...) {
+			ks = append(ks, k.(string))
 		}
-		for _, k := range keys {
+		for _, k := range ks {
 			if hashSlot(k) != slot {
-				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.lock, slot)
+				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.Lock, slot)
 			}
 		}
-		o := l.makeNames(other)
+		o := keys.Make(l.cfg.prefix, other)
 		if key != other {
-			for _, a := range []string{n.lock, n.fence, n.waiters, n.leases, n.meta} {
-				for _, b := range []string{o.lock, o.fence, o.waiters, o.leases, o.meta} {
+			for _, a := range []string{n.Lock, n.Fence, n.Waiters, n.Leases, n.Meta} {
+				for _, b := range []string{o.Lock, o.Fence, o.Waiters, o.Leases, o.Meta} {
 					if a == b {
 						t.Fatalf("keys %q and %q share the Redis key %q", key, other, a)
 					}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // A Lock is one acquisition of a named lock. Its methods are safe for
@@ -16,7 +18,7 @@ type Lock struct {
 	// Set by newLock and never changed: read without a lock.
 	l         *Locker
 	key       string
-	names     *names
+	names     *keys.Names
 	token     string
 	tokenArg  any // token, boxed once (see script)
 	fence     uint64
@@ -74,7 +76,7 @@ type Lock struct {
 }
 
 // newLock returns a lock with a copy of nodes.
-func (l *Locker) newLock(key string, nm *names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
+func (l *Locker) newLock(key string, nm *keys.Names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
 		l: l, key: key, names: nm, token: token, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		limit: cfg.limit, quorum: l.quorumFor(cfg.limit),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"reflect"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -44,9 +44,8 @@ type Locker struct {
 	seq                                                 atomic.Uint64
 	subs                                                []*subscriber
 	cleaners                                            []*cleaner // per node
-	// recent caches the names of recently used keys (see names).
-	recent [namesCacheSize]atomic.Pointer[names]
-	seed   maphash.Seed
+	// nameCache caches the names of recently used keys (see names).
+	nameCache *keys.Cache
 
 	// The lifetimes, each ended by Close alone, in this order: done
 	// (below) is closed when Close begins (waiting calls return, observers
@@ -172,7 +171,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.retentionArg = strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10)
 	l.inboxesArg = l.inboxes
 	l.defaultTTLArg = strconv.FormatInt(DefaultTTL.Milliseconds(), 10)
-	l.seed = maphash.MakeSeed()
+	l.nameCache = keys.NewCache(cfg.prefix)
 	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	l.hook = hookOf(cfg.hooks)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/redis/go-redis/v9"
 )
@@ -202,7 +203,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 // the owner may have stored metadata; bury whether
 // to leave a tombstone for expected, a dead token of which a command may
 // still run (see cleaner).
-func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
+func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
 	var w, m, listeners, tomb any = "0", "0", "1", "0"
 	if wake {
 		w = "1"
@@ -218,7 +219,7 @@ func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient,
 		// PUBLISH does not count its receivers there.
 		listeners = "0"
 	}
-	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.releaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m, listeners, tomb, l.retentionArg))
+	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.ReleaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m, listeners, tomb, l.retentionArg))
 	return intReply("release", v, err)
 }
 

@@ -168,7 +168,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.extendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit), fenceArg, l.retentionArg))
+			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.ExtendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit), fenceArg, l.retentionArg))
 			return intReply("extend", v, err)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // keyState is a Locker's waiting machinery for one key: the local queue of
@@ -13,7 +15,7 @@ import (
 type keyState struct {
 	l     *Locker
 	key   string
-	names *names
+	names *keys.Names
 
 	refs int // guarded by l.mu
 	// gone is set when the last Acquire left (guarded by mu): an answer that

@@ -1,0 +1,93 @@
+// Package keys names the Redis keys of a lock (DESIGN §3): they share a hash
+// tag, so that every script touches one Cluster slot, for every name a user
+// can pass; and it keeps a small cache of recent names.
+package keys
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// Names are the Redis keys of one lock. A Names is never modified once
+// made: locks, waiters and the cache share it.
+type Names struct {
+	Key                                             string // the lock's name, as passed to Acquire
+	Lock, Fence, Waiters, Leases, Meta, Limit, Dead string
+	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, in
+	// each script's order, boxed once (see the root package's script).
+	AcquireKeys [7]any
+	ReleaseKeys [7]any
+	ExtendKeys  [5]any
+	RaiseKeys   [2]any
+}
+
+// TagEscape starts the hash tag of a key that begins with '}' or with
+// TagEscape itself. Redis hashes the text between the first '{' and the
+// first '}' after it, and hashes the whole name when that text is empty: the
+// lock "}x" as "dlock:{}x}" would put each of its keys in a different slot.
+// "dlock:{\x00}x}" has the tag "\x00". Escaping the keys that begin with the
+// escape too keeps names distinct; every other key keeps the plain name
+// "dlock:{K}". (The prefix cannot contain braces: see dlock.WithPrefix.)
+const TagEscape = "\x00"
+
+// Make returns the names of the keys of the lock key (not empty) under
+// prefix (without braces).
+func Make(prefix, key string) *Names {
+	tag := key
+	if key[0] == '}' || key[0] == TagEscape[0] {
+		tag = TagEscape + key
+	}
+	// One string holds all the names, which are slices of it: a lock's
+	// names cost one allocation (a concatenation of many strings is one).
+	p := prefix
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead"
+	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
+	w := lock + len(":fence")       // where the waiters' name starts
+	e := w + lock + len(":waiters") // where the leases' name starts
+	m := e + lock + len(":wexp")    // where the metadata's name starts
+	li := m + lock + len(":meta")   // where the limit's name starts
+	d := li + lock + len(":limit")  // where the tombstones' name starts
+	n := &Names{
+		Key:     key,
+		Lock:    all[:lock],
+		Fence:   all[:w],
+		Waiters: all[w:e],
+		Leases:  all[e:m],
+		Meta:    all[m:li],
+		Limit:   all[li:d],
+		Dead:    all[d:],
+	}
+	lk, fk, wk, ek, mk, lik, dk := any(n.Lock), any(n.Fence), any(n.Waiters), any(n.Leases), any(n.Meta), any(n.Limit), any(n.Dead)
+	n.AcquireKeys = [7]any{lk, fk, wk, ek, mk, lik, dk}
+	n.ReleaseKeys = [7]any{lk, wk, ek, mk, lik, dk, fk}
+	n.ExtendKeys = [5]any{lk, mk, lik, fk, dk}
+	n.RaiseKeys = [2]any{fk, mk}
+	return n
+}
+
+// cacheSize is the number of slots of a Cache: a key locked again soon (a
+// job's lock, taken every run) is not named again.
+const cacheSize = 64
+
+// A Cache keeps the names of recently used keys under one prefix, a slot
+// per key's hash. It is safe for concurrent use.
+type Cache struct {
+	prefix string
+	seed   maphash.Seed
+	recent [cacheSize]atomic.Pointer[Names]
+}
+
+// NewCache returns an empty cache of the names under prefix.
+func NewCache(prefix string) *Cache { return &Cache{prefix: prefix, seed: maphash.MakeSeed()} }
+
+// Get returns the names of key's Redis keys, from the cache if key was used
+// recently.
+func (c *Cache) Get(key string) *Names {
+	slot := &c.recent[maphash.String(c.seed, key)%cacheSize]
+	if n := slot.Load(); n != nil && n.Key == key {
+		return n
+	}
+	n := Make(c.prefix, key)
+	slot.Store(n)
+	return n
+}

@@ -1,0 +1,23 @@
+package keys
+
+import "testing"
+
+// TestMake: the names of a lock share its hash tag; a key that begins
+// with '}' or the escape gets the escape; the cache gives back the same
+// names for a key used again. (FuzzNames, in the root package, checks the
+// slots of every name under every prefix a user can pass.)
+func TestMake(t *testing.T) {
+	for key, lock := range map[string]string{"job": "dlock:{job}", "}x": "dlock:{\x00}x}", "\x00": "dlock:{\x00\x00}"} {
+		n := Make("dlock:", key)
+		if n.Lock != lock || n.Fence != lock+":fence" || n.Dead != lock+":dead" || n.Key != key {
+			t.Errorf("Make(%q) = %+v, want the lock %q", key, n, lock)
+		}
+		if n.AcquireKeys[0] != any(n.Lock) || n.ReleaseKeys[6] != any(n.Fence) {
+			t.Errorf("Make(%q): KEYS out of order", key)
+		}
+	}
+	c := NewCache("app:")
+	if a, b := c.Get("k"), c.Get("k"); a != b || a.Lock != "app:{k}" {
+		t.Errorf("Cache.Get: %p %p %q", a, b, a.Lock)
+	}
+}
