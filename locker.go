@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/cleanup"
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
@@ -43,7 +44,7 @@ type Locker struct {
 	reserveArg, retentionArg, inboxesArg, defaultTTLArg any
 	seq                                                 atomic.Uint64
 	subs                                                []*subscriber
-	cleaners                                            []*cleaner // per node
+	cleaners                                            []*cleanup.Cleaner // per node
 	// nameCache caches the names of recently used keys (see names).
 	nameCache *keys.Cache
 
@@ -188,7 +189,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		}
 		l.nodes = append(l.nodes, node)
 		l.subs = append(l.subs, &subscriber{l: l, node: i})
-		l.cleaners = append(l.cleaners, &cleaner{l: l, node: i, jobs: make(map[string]*cleanup), kick: make(chan struct{}, 1)})
+		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
 	return l
 }
@@ -265,7 +266,7 @@ func (l *Locker) Close() error {
 	waitAtMost(l.calls.Wait, bound)
 	waitAtMost(func() {
 		for _, c := range l.cleaners {
-			c.settle()
+			c.Settle()
 		}
 	}, 2*bound)
 	for _, s := range l.subs {

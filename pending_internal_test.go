@@ -127,10 +127,7 @@ func waitIdle(t *testing.T, l *Locker, i int) {
 	c := l.cleaners[i]
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c.mu.Lock()
-		idle := len(c.jobs) == 0 && !c.running
-		c.mu.Unlock()
-		if idle {
+		if c.Idle() {
 			return
 		}
 		if time.Now().After(deadline) {
