@@ -288,10 +288,7 @@ func (l *Locker) neverWaited(key string) bool {
 		return false
 	}
 	for _, s := range l.subs {
-		s.mu.Lock()
-		started := s.ps != nil
-		s.mu.Unlock()
-		if started {
+		if s.Started() {
 			return false
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/cleanup"
+	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
@@ -43,7 +44,7 @@ type Locker struct {
 	// milliseconds.
 	reserveArg, retentionArg, inboxesArg, defaultTTLArg any
 	seq                                                 atomic.Uint64
-	subs                                                []*subscriber
+	subs                                                []*inbox.Subscriber
 	cleaners                                            []*cleanup.Cleaner // per node
 	// nameCache caches the names of recently used keys (see names).
 	nameCache *keys.Cache
@@ -188,7 +189,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 			}
 		}
 		l.nodes = append(l.nodes, node)
-		l.subs = append(l.subs, &subscriber{l: l, node: i})
+		l.subs = append(l.subs, l.newSubscriber(i))
 		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
 	return l
@@ -270,7 +271,7 @@ func (l *Locker) Close() error {
 		}
 	}, 2*bound)
 	for _, s := range l.subs {
-		errs = append(errs, s.close())
+		errs = append(errs, s.Close())
 	}
 	// The observers end on l.done; each closes its subscriptions first.
 	waitAtMost(l.observers.Wait, bound)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -81,14 +82,14 @@ type observerNode struct {
 	isRefused bool // only the node's receiving goroutine uses it
 }
 
-func (n *observerNode) message(payload string) {
+func (n *observerNode) Message(payload string) {
 	select {
 	case n.o.events <- payload:
 	case <-n.o.stop:
 	}
 }
 
-func (n *observerNode) confirmed() {
+func (n *observerNode) Confirmed() {
 	if n.isRefused {
 		n.isRefused = false
 		n.o.refusals.Add(-1)
@@ -98,7 +99,7 @@ func (n *observerNode) confirmed() {
 
 // refused reports the node's refusal once (until it confirms again), as an
 // EventNodeError matching ErrMisconfigured (WithLogger logs it at Error).
-func (n *observerNode) refused(err error) {
+func (n *observerNode) Refused(err error) {
 	if n.isRefused {
 		return
 	}
@@ -146,7 +147,7 @@ func (o *observer) run(ctx context.Context, channel string) {
 // subscribe subscribes to channel on every node, each on a goroutine of
 // its own that then receives the node's announcements until o.stop (wg
 // counts them), and returns once each has subscribed (or given up after
-// subscribeTimeout), so that no change after the first read goes unheard.
+// inbox.SubscribeTimeout), so that no change after the first read goes unheard.
 func (o *observer) subscribe(ctx context.Context, channel string, wg *sync.WaitGroup) {
 	var subscribed sync.WaitGroup
 	for i, ps := range o.subs {
@@ -154,11 +155,11 @@ func (o *observer) subscribe(ctx context.Context, channel string, wg *sync.WaitG
 		subscribed.Add(1)
 		go func() {
 			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+			sctx, cancel := context.WithTimeout(ctx, inbox.SubscribeTimeout)
 			_ = ps.Subscribe(sctx, channel) // go-redis records it even if this write fails
 			cancel()
 			subscribed.Done()
-			receive(ps, channel, o.stop, &observerNode{o: o, node: i, channel: channel})
+			inbox.Receive(ps, channel, o.stop, &observerNode{o: o, node: i, channel: channel}, permanent)
 		}()
 	}
 	subscribed.Wait()
