@@ -83,7 +83,8 @@ soak: redis
 # Go 1.27).
 FUZZTIME ?= 100000x
 fuzz:
-	@for t in FuzzParseAcquire FuzzNames FuzzOptions; do \
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAcquire$$' -fuzztime $(FUZZTIME) ./internal/script
+	@for t in FuzzNames FuzzOptions; do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) . || exit 1; \
 	done
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisURL$$' -fuzztime $(FUZZTIME) ./cmd/dlock

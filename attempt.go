@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,56 +22,6 @@ func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-// acquireReply is one node's answer to acquire.lua.
-type acquireReply struct {
-	ok    bool
-	fence uint64
-	pttl  int64
-	pos   string
-}
-
-func parseAcquire(v any) (acquireReply, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) < 2 {
-		return acquireReply{}, badReply("unexpected acquire reply %v", v)
-	}
-	flag, _ := arr[0].(int64)
-	if flag == 1 {
-		// The fence comes as a decimal string: exact for any 64-bit value.
-		f, err := parseUint(arr[1])
-		if err != nil {
-			return acquireReply{}, badReply("unexpected fence in acquire reply %v: %v", v, err)
-		}
-		return acquireReply{ok: true, fence: f}, nil
-	}
-	n, _ := arr[1].(int64)
-	r := acquireReply{pttl: n}
-	if len(arr) > 2 {
-		switch p := arr[2].(type) {
-		case string:
-			r.pos = p
-		case int64:
-			r.pos = strconv.FormatInt(p, 10)
-		}
-	}
-	return r, nil
-}
-
-// parseUint reads a counter that a script returned as a string (or, from an
-// older script, an integer).
-func parseUint(v any) (uint64, error) {
-	switch x := v.(type) {
-	case string:
-		return strconv.ParseUint(x, 10, 64)
-	case int64:
-		if x < 0 {
-			return 0, fmt.Errorf("negative counter %d", x)
-		}
-		return uint64(x), nil
-	}
-	return 0, fmt.Errorf("counter of type %T", v)
 }
 
 // attemptResult says why an attempt failed.
@@ -182,9 +133,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	lim := limitArg(cfg.limit)
 	res := attemptResult{outcome: l.newOutcome(key)}
 	res.q = q
+	argv := script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}
 	var args []any // the same command for every node when not registering
 	if regs == nil {
-		args = acquireScript.args(nm.AcquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim)
+		args = argv.Command(nm.AcquireKeys[:])
 	}
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
@@ -192,20 +144,19 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, i int, c redis.UniversalClient) (acquireReply, error) {
+		func(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
 			a := args
 			if regs != nil {
 				reg := regs[i]
-				a = acquireScript.args(nm.AcquireKeys[:], tokenArg, ttlArg, l.retentionArg, cfg.metadata, lim,
-					reg.member, waiterLeaseArg, reg.pos, reg.queued, reg.refresh)
+				a = argv.WaiterCommand(nm.AcquireKeys[:], script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh})
 			}
-			v, err := l.runScript(ctx, c, timeout, acquireScript, a)
+			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
 			if err != nil {
-				return acquireReply{}, err
+				return script.AcquireReply{}, err
 			}
-			return parseAcquire(v)
+			return script.ParseAcquire(v)
 		},
-		func(rs []quorum.Result[acquireReply], suspects int) bool {
+		func(rs []quorum.Result[script.AcquireReply], suspects int) bool {
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
 			return quorum.Decided(rs, suspects, n, q, granted)
@@ -237,19 +188,19 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 }
 
 // granted reports whether a node granted an attempt.
-func granted(r quorum.Result[acquireReply]) bool { return r.Err == nil && r.Val.ok }
+func granted(r quorum.Result[script.AcquireReply]) bool { return r.Err == nil && r.Val.OK }
 
 // classify counts the answers of an attempt's round in r, records in
 // effects and answered what each node's answer shows, registers the waiter
 // (ks, when waiting) where a node queued it, and returns the largest fence
 // granted and the nodes that granted, appended to grantedNodes.
 func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *keyState, regs []nodeReg,
-	results []quorum.Result[acquireReply], effects []effect, answered []bool, grantedNodes []int) (fence uint64, _ []int) {
+	results []quorum.Result[script.AcquireReply], effects []effect, answered []bool, grantedNodes []int) (fence uint64, _ []int) {
 	for i := range effects {
 		effects[i] = effUnknown
 	}
 	for _, rs := range results {
-		effects[rs.Node] = l.effectOf(rs.Node, rs.Err, rs.Val.ok)
+		effects[rs.Node] = l.effectOf(rs.Node, rs.Err, rs.Val.OK)
 		answered[rs.Node] = true
 		switch {
 		case rs.Err != nil:
@@ -257,23 +208,23 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 				r.limitErr = limitError(r.key, held, max(cfg.limit, 1))
 			}
 			r.failed(l, rs.Node, rs.Err)
-		case rs.Val.ok:
+		case rs.Val.OK:
 			r.ok++
 			grantedNodes = append(grantedNodes, rs.Node)
-			fence = max(fence, rs.Val.fence)
-		case rs.Val.pttl == -1:
+			fence = max(fence, rs.Val.Fence)
+		case rs.Val.PTTL == -1:
 			// A value without expiry: not written by dlock, which always
 			// sets one. Another program uses the key: waiting will not
 			// free it.
-			r.failed(l, rs.Node, badReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock))
+			r.failed(l, rs.Node, script.BadReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock))
 			if ks != nil {
-				ks.registered(rs.Node, regs[rs.Node], rs.Val.pos) // to remove it when leaving
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos) // to remove it when leaving
 			}
 		default:
 			r.refused++
-			r.timeBy(l, rs.Val.pttl)
+			r.timeBy(l, rs.Val.PTTL)
 			if ks != nil {
-				ks.registered(rs.Node, regs[rs.Node], rs.Val.pos)
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos)
 			}
 		}
 	}
@@ -342,7 +293,7 @@ func (l *Locker) cleanAttempt(nm *keys.Names, token string, ttl time.Duration, e
 // res.late set (too late, or the raise failed) or res.closed (the Locker
 // was closed meanwhile: the lock was given back).
 func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, token string, tokenArg any, cfg lockConfig,
-	fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
+	fence uint64, results []quorum.Result[script.AcquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
 	ok := true
 	if len(l.nodes) > 1 {
 		ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, res.q)
@@ -386,11 +337,11 @@ type lateAcquire struct {
 	k       *Lock // set before decided is done
 }
 
-func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
+func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 	a.decided.Wait()
-	e := a.l.effectOf(r.Node, r.Err, r.Val.ok)
+	e := a.l.effectOf(r.Node, r.Err, r.Val.OK)
 	if a.ks != nil {
-		a.ks.lateAnswer(r.Node, a.regs[r.Node], e, r.Val.pos)
+		a.ks.lateAnswer(r.Node, a.regs[r.Node], e, r.Val.Pos)
 	}
 	if a.k != nil {
 		a.k.lateAnswer(r.Node, e)
@@ -402,12 +353,12 @@ func (a *lateAcquire) Late(r quorum.Result[acquireReply]) {
 // raiseFences makes sure that at least a quorum of nodes holds a fence
 // counter ≥ fence: nodes of the granting quorum that returned less are raised
 // (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64, results []quorum.Result[acquireReply], timeout time.Duration, q int) bool {
+func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64, results []quorum.Result[script.AcquireReply], timeout time.Duration, q int) bool {
 	confirmed := 0
 	var low []int
 	for _, r := range results {
-		if r.Err == nil && r.Val.ok {
-			if r.Val.fence >= fence {
+		if r.Err == nil && r.Val.OK {
+			if r.Val.Fence >= fence {
 				confirmed++
 			} else {
 				low = append(low, r.Node)
@@ -418,15 +369,16 @@ func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, 
 		return true
 	}
 	need := q - confirmed
-	args := raiseScript.args(nm.RaiseKeys[:], strconv.FormatUint(fence, 10), l.counterLife(ttl), token)
+	raise := script.RaiseArgs{Value: strconv.FormatUint(fence, 10), Life: l.counterLife(ttl), Token: token}
+	args := raise.Command(nm.RaiseKeys[:])
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {
-			v, err := raiseScript.run(ctx, c, args)
+			v, err := runOn(ctx, c, script.Raise, args)
 			if err != nil {
 				return 0, err
 			}
-			return parseUint(v)
+			return script.ParseUint(v)
 		},
 		func(rs []quorum.Result[uint64], _ int) bool {
 			ok := 0
@@ -524,9 +476,9 @@ var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)
 // With WithReplicaAck, it also waits, on the same connection (WAIT counts the
 // writes of its own connection), until enough replicas have the write, and
 // fails with errNotAcked if they do not within most of timeout.
-func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script, args []any) (any, error) {
+func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script.Script, args []any) (any, error) {
 	if l.cfg.replicaAck == 0 {
-		return s.run(ctx, c, args)
+		return runOn(ctx, c, s, args)
 	}
 	var node redis.Cmdable = c
 	if cc, ok := c.(*redis.ClusterClient); ok {
@@ -539,7 +491,7 @@ func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout
 	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
 	run := func(args []any) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
-		cmd := s.cmd(ctx, args)
+		cmd := s.Cmd(ctx, args)
 		_ = pipe.Process(ctx, cmd)
 		wait := pipe.Do(ctx, "WAIT", l.cfg.replicaAck, waitMS)
 		_, _ = pipe.Exec(ctx)
@@ -547,7 +499,7 @@ func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout
 	}
 	cmd, wait := run(args)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd, wait = run(s.eval(args))
+		cmd, wait = run(s.Eval(args))
 	}
 	v, err := cmd.Result()
 	if err != nil {
@@ -559,7 +511,7 @@ func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout
 		// WAIT refused (an ACL without +wait): permanent, not a lag. The
 		// script did write: the error must not pass for a reply that
 		// wrote nothing, so that the grant is cleaned up.
-		return nil, badReply("WAIT refused after the script ran: %s", err.Error())
+		return nil, script.BadReply("WAIT refused after the script ran: %s", err.Error())
 	case err != nil || n < int64(l.cfg.replicaAck):
 		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/dlock-dev/dlock/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -123,7 +124,7 @@ func permanent(err error) bool {
 		hostname x509.HostnameError
 		invalid  x509.CertificateInvalidError
 		header   tls.RecordHeaderError
-		reply    *replyError
+		reply    *script.ReplyError
 	)
 	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
 		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) {
@@ -134,16 +135,6 @@ func permanent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "remote error"
 }
-
-// replyError is a reply dlock cannot use: of a shape it does not expect (not
-// Redis, or not dlock's scripts: another program's value at a lock key, a
-// proxy), or WAIT refused after a script ran. It is permanent, and, not
-// being an error reply of Redis, does not say that nothing was written.
-type replyError struct{ msg string }
-
-func (e *replyError) Error() string { return e.msg }
-
-func badReply(format string, args ...any) error { return &replyError{fmt.Sprintf(format, args...)} }
 
 // errDoReturned is the cause with which Do cancels its function's context
 // when the function returns, before the lock is released.

@@ -265,7 +265,7 @@ func TestACLFromREADME(t *testing.T) {
 	for c, why := range aclPlainCommands {
 		needed[c] = why
 	}
-	scripts, _ := filepath.Glob("scripts/*.lua")
+	scripts, _ := filepath.Glob("internal/script/*.lua")
 	fencedScripts, _ := filepath.Glob("fenced/*.lua")
 	if len(scripts) == 0 || len(fencedScripts) == 0 {
 		t.Fatalf("no scripts found: %v, %v", scripts, fencedScripts)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/script"
 )
 
 // releaseHook counts the release.lua calls a client sends, and fails the
@@ -22,7 +23,7 @@ type releaseHook struct {
 
 func isRelease(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == releaseScript.sha || a[1] == releaseScript.src)
+	return len(a) > 1 && (a[1] == script.Release.SHA() || a[1] == script.Release.Source())
 }
 
 func (h *releaseHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -219,18 +220,8 @@ func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient,
 		// PUBLISH does not count its receivers there.
 		listeners = "0"
 	}
-	v, err := releaseScript.run(ctx, c, releaseScript.args(nm.ReleaseKeys[:], expected, l.inboxesArg, l.reserveArg, leaving, w, m, listeners, tomb, l.retentionArg))
-	return intReply("release", v, err)
-}
-
-// intReply is a script's integer reply (of release.lua, extend.lua).
-func intReply(script string, v any, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	n, ok := v.(int64)
-	if !ok {
-		return 0, badReply("unexpected %s reply %v", script, v)
-	}
-	return n, nil
+	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: l.inboxesArg, Reserve: l.reserveArg, Leaving: leaving,
+		Wake: w, Metadata: m, Listeners: listeners, Bury: tomb, Retention: l.retentionArg}
+	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys[:]))
+	return script.IntReply("release", v, err)
 }

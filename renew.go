@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -168,8 +169,9 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, extendScript, extendScript.args(k.names.ExtendKeys[:], k.tokenArg, ttlArg, regain, k.metadata, limitArg(k.limit), fenceArg, l.retentionArg))
-			return intReply("extend", v, err)
+			argv := script.ExtendArgs{Token: k.tokenArg, TTL: ttlArg, Regain: regain, Metadata: k.metadata, Limit: limitArg(k.limit), Fence: fenceArg, Retention: l.retentionArg}
+			v, err := l.runScript(ctx, c, timeout, script.Extend, argv.Command(k.names.ExtendKeys[:]))
+			return script.IntReply("extend", v, err)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			return quorum.Decided(rs, suspects, len(nodes), need, confirmed)

@@ -21,7 +21,7 @@ func TestScriptCommandsSinceMinimum(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
-	files, _ := filepath.Glob("scripts/*.lua")
+	files, _ := filepath.Glob("internal/script/*.lua")
 	more, _ := filepath.Glob("fenced/*.lua")
 	files = append(files, more...)
 	if len(files) < 5 {

@@ -1,0 +1,233 @@
+// Package script holds dlock's Lua scripts (each file's header gives its
+// KEYS/ARGV/return contract), the commands that run them (EVALSHA, and
+// EVAL when the server answers NOSCRIPT, after a restart or SCRIPT FLUSH),
+// a builder of each script's ARGV with named fields, and the parsers of
+// their replies.
+package script
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed raise.lua
+	raiseSrc string
+
+	// The scripts, with the number of their keys (see internal/keys for
+	// the keys of each, in its order).
+	Acquire = newScript(acquireSrc, 7)
+	Release = newScript(releaseSrc, 7)
+	Extend  = newScript(extendSrc, 5)
+	Raise   = newScript(raiseSrc, 2)
+)
+
+// A Script is a Lua script with a fixed number of keys. Its commands are
+// built as one []any whose values are boxed once where they can be (the
+// names of a lock's keys, a lock's token, a Locker's settings): go-redis'
+// Script.Run boxes every key and argument on every call.
+type Script struct {
+	src     string
+	sha     any // the SHA1 of src, hex-encoded
+	numKeys any // the number of keys, a decimal string
+}
+
+func newScript(src string, keys int) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys)}
+}
+
+// Source is the script's text.
+func (s *Script) Source() string { return s.src }
+
+// SHA is the SHA1 of the script's text, hex-encoded, as EVALSHA takes it.
+func (s *Script) SHA() any { return s.sha }
+
+// command returns the command for the script: EVALSHA, its SHA1, the number
+// of keys, keys (boxed, len(keys) must be the script's number of keys),
+// then argv. The slice is not modified afterwards, so one command may be
+// sent to several nodes at once.
+func (s *Script) command(keys []any, argv ...any) []any {
+	a := make([]any, 0, 3+len(keys)+len(argv))
+	a = append(a, "evalsha", s.sha, s.numKeys)
+	a = append(a, keys...)
+	return append(a, argv...)
+}
+
+// Eval turns an EVALSHA command into the EVAL of the script.
+func (s *Script) Eval(args []any) []any {
+	a := slices.Clone(args)
+	a[0], a[1] = "eval", s.src
+	return a
+}
+
+// Processor is what can send a command: a client or a pipeline.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Cmd returns the command args as a *redis.Cmd whose first key is the
+// script's first key, as go-redis' own EVALSHA does (a Cluster client
+// routes it by that key).
+func (s *Script) Cmd(ctx context.Context, args []any) *redis.Cmd {
+	c := redis.NewCmd(ctx, args...)
+	c.SetFirstKeyPos(3)
+	return c
+}
+
+// Run sends the command args (from one of the builders) to c, and sends
+// the script itself with EVAL when the server does not have it (NOSCRIPT).
+func (s *Script) Run(ctx context.Context, c Processor, args []any) (any, error) {
+	cmd := s.Cmd(ctx, args)
+	_ = c.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = s.Cmd(ctx, s.Eval(args))
+		_ = c.Process(ctx, cmd)
+		v, err = cmd.Result()
+	}
+	return v, err
+}
+
+// AcquireArgs are acquire.lua's ARGV[1..5] (see its header). (Small, and
+// with value receivers, so that a closure can hold a copy.)
+type AcquireArgs struct {
+	Token, TTL, Retention, Metadata, Limit any
+}
+
+// Waiter are acquire.lua's ARGV[6..10], for an attempt that may register
+// as a waiter.
+type Waiter struct {
+	Member, Lease, Position, Queued, Refresh any
+}
+
+// Command is the command of acquire.lua with keys and a, for an attempt
+// that does not register.
+func (a AcquireArgs) Command(keys []any) []any {
+	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit)
+}
+
+// WaiterCommand is the command of acquire.lua with keys, a and w.
+func (a AcquireArgs) WaiterCommand(keys []any, w Waiter) []any {
+	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
+		w.Member, w.Lease, w.Position, w.Queued, w.Refresh)
+}
+
+// ReleaseArgs are release.lua's ARGV (see its header).
+type ReleaseArgs struct {
+	Expected, InboxPrefix, Reserve, Leaving, Wake, Metadata, Listeners, Bury, Retention any
+}
+
+// Command is the command of release.lua with keys and a.
+func (a *ReleaseArgs) Command(keys []any) []any {
+	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention)
+}
+
+// ExtendArgs are extend.lua's ARGV (see its header).
+type ExtendArgs struct {
+	Token, TTL, Regain, Metadata, Limit, Fence, Retention any
+}
+
+// Command is the command of extend.lua with keys and a.
+func (a *ExtendArgs) Command(keys []any) []any {
+	return Extend.command(keys, a.Token, a.TTL, a.Regain, a.Metadata, a.Limit, a.Fence, a.Retention)
+}
+
+// RaiseArgs are raise.lua's ARGV (see its header).
+type RaiseArgs struct {
+	Value, Life, Token any
+}
+
+// Command is the command of raise.lua with keys and a.
+func (a *RaiseArgs) Command(keys []any) []any {
+	return Raise.command(keys, a.Value, a.Life, a.Token)
+}
+
+// A ReplyError is a reply dlock cannot use: of a shape it does not expect
+// (not Redis, or not dlock's scripts: another program's value at a lock
+// key, a proxy), or WAIT refused after a script ran. It is permanent, and,
+// not being an error reply of Redis, does not say that nothing was written.
+type ReplyError struct{ Msg string }
+
+func (e *ReplyError) Error() string { return e.Msg }
+
+// BadReply returns a *ReplyError.
+func BadReply(format string, args ...any) error {
+	return &ReplyError{fmt.Sprintf(format, args...)}
+}
+
+// AcquireReply is one node's answer to acquire.lua.
+type AcquireReply struct {
+	OK    bool
+	Fence uint64
+	PTTL  int64
+	Pos   string
+}
+
+// ParseAcquire reads acquire.lua's reply.
+func ParseAcquire(v any) (AcquireReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 2 {
+		return AcquireReply{}, BadReply("unexpected acquire reply %v", v)
+	}
+	flag, _ := arr[0].(int64)
+	if flag == 1 {
+		// The fence comes as a decimal string: exact for any 64-bit value.
+		f, err := ParseUint(arr[1])
+		if err != nil {
+			return AcquireReply{}, BadReply("unexpected fence in acquire reply %v: %v", v, err)
+		}
+		return AcquireReply{OK: true, Fence: f}, nil
+	}
+	n, _ := arr[1].(int64)
+	r := AcquireReply{PTTL: n}
+	if len(arr) > 2 {
+		switch p := arr[2].(type) {
+		case string:
+			r.Pos = p
+		case int64:
+			r.Pos = strconv.FormatInt(p, 10)
+		}
+	}
+	return r, nil
+}
+
+// ParseUint reads a counter that a script returned as a string (or, from an
+// older script, an integer).
+func ParseUint(v any) (uint64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseUint(x, 10, 64)
+	case int64:
+		if x < 0 {
+			return 0, fmt.Errorf("negative counter %d", x)
+		}
+		return uint64(x), nil
+	}
+	return 0, fmt.Errorf("counter of type %T", v)
+}
+
+// IntReply is a script's integer reply (of release.lua, extend.lua).
+func IntReply(script string, v any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, BadReply("unexpected %s reply %v", script, v)
+	}
+	return n, nil
+}
