@@ -106,7 +106,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
 	// One answer is enough for a status.
-	o := outcome{key: key, n: len(l.nodes), q: 1}
+	o := l.newOutcome(key, 1)
 	for _, r := range results {
 		ns := r.Val
 		ns.Addr = l.nodes[r.Node].Addr
@@ -114,7 +114,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			ns.Err = r.Err
 			o.failed(l, r.Node, r.Err)
 		} else {
-			o.ok++
+			o.confirmed()
 		}
 		st.Nodes[r.Node] = ns
 		if r.Err == nil && st.add(ns) {
@@ -289,7 +289,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
 	// Every node must answer.
-	o := outcome{key: key, n: len(l.nodes), q: len(l.nodes)}
+	o := l.newOutcome(key, len(l.nodes))
 	for _, r := range results {
 		switch {
 		case r.Err != nil:
@@ -298,7 +298,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 			deleted++
 			fallthrough
 		default:
-			o.ok++
+			o.confirmed()
 		}
 	}
 	o.missed(l, missing)

@@ -131,8 +131,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	q := l.quorumFor(cfg.limit)
 	lim := limitArg(cfg.limit)
-	res := attemptResult{outcome: l.newOutcome(key)}
-	res.q = q
+	res := attemptResult{outcome: l.newOutcome(key, q)}
 	argv := script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}
 	var args []any // the same command for every node when not registering
 	if regs == nil {
@@ -163,7 +162,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		},
 		late)
 
-	res.callerDone = ctx.Err() != nil
+	res.decided(ctx.Err() != nil)
 	// effects: what each node's answer (or its absence) shows.
 	// On the stack for up to 8 nodes.
 	var effBuf [8]effect
@@ -209,7 +208,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 			}
 			r.failed(l, rs.Node, rs.Err)
 		case rs.Val.OK:
-			r.ok++
+			r.confirmed()
 			grantedNodes = append(grantedNodes, rs.Node)
 			fence = max(fence, rs.Val.Fence)
 		case rs.Val.PTTL == -1:
@@ -221,7 +220,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos) // to remove it when leaving
 			}
 		default:
-			r.refused++
+			r.refusal()
 			r.timeBy(l, rs.Val.PTTL)
 			if ks != nil {
 				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos)
@@ -305,14 +304,7 @@ func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, 
 	}
 	var leaseBuf [8]nodeLease
 	leases := perNode(leaseBuf[:], len(l.nodes))
-	for i, e := range effects {
-		switch e {
-		case effSet:
-			leases[i].until = validUntil
-		case effUnknown:
-			leases[i].unknown = 1
-		}
-	}
+	grantedLeases(leases, effects, validUntil)
 	k := l.newLock(res.key, nm, token, tokenArg, fence, cfg, leases)
 	if !k.start(start) {
 		// Closed meanwhile: give it back.

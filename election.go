@@ -59,10 +59,6 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 	return k, nil
 }
 
-// asElection makes the lock a leadership (see leadership) from its start,
-// so that a Close that comes before Campaign returns announces its end.
-func asElection(c *lockConfig) { c.election = true }
-
 // leadership is the election state of a Lock that Campaign acquired. Its
 // announcements are serialised, so that observers never hear of the
 // vacancy of a term before the term itself: a Close (or Release) racing

@@ -210,17 +210,6 @@ func (e Event) Result() string {
 	return ""
 }
 
-// WithHook adds h to the Locker's hooks; they are called in the order they
-// were added (WithLogger adds one too). A nil h is ignored. With no hook, a
-// Locker does not build events at all.
-func WithHook(h Hook) Option {
-	return func(c *lockerConfig) {
-		if h != nil {
-			c.hooks = append(c.hooks, h)
-		}
-	}
-}
-
 // WithLogger logs what an operator should know through log: at Warn, a lost
 // lock, a renewal that failed, a node that failed a command or stopped
 // answering; at Error, a subscription to the waiters' channel that a node

@@ -207,3 +207,17 @@ func (k *Lock) computeValidity() time.Time {
 	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
 	return ts[q-1]
 }
+
+// grantedLeases records in leases what an acquisition's round showed of each
+// node (effects): held until validUntil where it set the key, unknown
+// where its answer was missed.
+func grantedLeases(leases []nodeLease, effects []effect, validUntil time.Time) {
+	for i, e := range effects {
+		switch e {
+		case effSet:
+			leases[i].until = validUntil
+		case effUnknown:
+			leases[i].unknown = 1
+		}
+	}
+}

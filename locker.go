@@ -151,11 +151,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 			o(&cfg)
 		}
 	}
-	for i, c := range clients {
-		if _, ring := c.(*redis.Ring); ring && cfg.err == nil {
-			cfg.err = invalid("client %d is a *redis.Ring, which moves keys between shards when one fails, so a lock could be held twice: use NewRedlock with one client per shard, or a Cluster", i)
-		}
-	}
+	cfg.refuseRing(clients)
 	l := &Locker{
 		quorum: quorum.For(len(clients), 1),
 		cfg:    cfg,

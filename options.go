@@ -3,6 +3,8 @@ package dlock
 import (
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults. They are documented on the options that change them.
@@ -256,4 +258,29 @@ func checkTTL(d time.Duration) error {
 // reference implementation's 1% plus 2ms for Redis' expiry precision.
 func drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
+}
+
+// WithHook adds h to the Locker's hooks; they are called in the order they
+// were added (WithLogger adds one too). A nil h is ignored. With no hook, a
+// Locker does not build events at all.
+func WithHook(h Hook) Option {
+	return func(c *lockerConfig) {
+		if h != nil {
+			c.hooks = append(c.hooks, h)
+		}
+	}
+}
+
+// asElection makes the lock a leadership (see leadership) from its start,
+// so that a Close that comes before Campaign returns announces its end.
+func asElection(c *lockConfig) { c.election = true }
+
+// refuseRing records, as the configuration's error, a *redis.Ring among
+// clients (see New).
+func (c *lockerConfig) refuseRing(clients []redis.UniversalClient) {
+	for i, cl := range clients {
+		if _, ring := cl.(*redis.Ring); ring && c.err == nil {
+			c.err = invalid("client %d is a *redis.Ring, which moves keys between shards when one fails, so a lock could be held twice: use NewRedlock with one client per shard, or a Cluster", i)
+		}
+	}
 }

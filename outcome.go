@@ -29,9 +29,21 @@ type outcome struct {
 	errs []error
 }
 
-func (l *Locker) newOutcome(key string) outcome {
-	return outcome{key: key, n: len(l.nodes), q: l.quorum}
+// newOutcome begins counting a round on the Locker's nodes for key that
+// needs q of them.
+func (l *Locker) newOutcome(key string, q int) outcome {
+	return outcome{key: key, n: len(l.nodes), q: q}
 }
+
+// confirmed counts a node that confirmed (granted, extended, released).
+func (o *outcome) confirmed() { o.ok++ }
+
+// refusal counts a node that refused: the key holds another value.
+func (o *outcome) refusal() { o.refused++ }
+
+// decided records whether the caller's context had ended when the round
+// decided (see callerDone).
+func (o *outcome) decided(callerDone bool) { o.callerDone = callerDone }
 
 // failed counts node i's failure.
 func (o *outcome) failed(l *Locker, i int, err error) {
@@ -56,16 +68,15 @@ func (o *outcome) missed(l *Locker, missing []quorum.Missing) {
 // ownerChecked counts the answers of owner-checked commands (extend.lua,
 // release.lua): 1 confirmed, 0 another value, -1 a free key.
 func (l *Locker) ownerChecked(key string, results []quorum.Result[int64], missing []quorum.Missing, q int) outcome {
-	o := l.newOutcome(key)
-	o.q = q
+	o := l.newOutcome(key, q)
 	for _, r := range results {
 		switch {
 		case r.Err != nil:
 			o.failed(l, r.Node, r.Err)
 		case r.Val == 1:
-			o.ok++
+			o.confirmed()
 		default:
-			o.refused++
+			o.refusal()
 			if r.Val == -1 {
 				o.free = append(o.free, r.Node)
 			}

@@ -520,3 +520,13 @@ func (c *Cluster) setup(ctx context.Context) error {
 		return true, nil
 	})
 }
+
+// WithTLS makes a server also listen for TLS, on a port of its own
+// ([Server.TLSAddr]), with the server certificate of files; with mutual,
+// clients must present a certificate signed by its CA.
+func WithTLS(files *TLSFiles, mutual bool) Option {
+	return func(c *config) {
+		c.tls = files
+		c.mutual = mutual
+	}
+}

@@ -118,16 +118,6 @@ func (f *TLSFiles) ClientConfig(withCert bool) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// WithTLS makes a server also listen for TLS, on a port of its own
-// ([Server.TLSAddr]), with the server certificate of files; with mutual,
-// clients must present a certificate signed by its CA.
-func WithTLS(files *TLSFiles, mutual bool) Option {
-	return func(c *config) {
-		c.tls = files
-		c.mutual = mutual
-	}
-}
-
 // TLSAddr returns the address of the server's TLS port, or "" if it has none.
 func (s *Server) TLSAddr() string { return s.tlsAddr }
 
