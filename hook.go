@@ -358,3 +358,70 @@ func lostReason(cause error) string {
 	}
 	return LostExpired
 }
+
+// lostEvent tells the hook that the lock was lost, once it was told that it
+// was acquired (see acquisition.end).
+func (k *Lock) lostEvent(cause error) {
+	k.mu.Lock()
+	e := Event{Kind: EventLost, Key: k.key, Limit: k.limit, Held: time.Since(k.events.acquiredAt), Reason: lostReason(cause), Err: cause}
+	if !k.events.told {
+		k.events.pendingLost = &e
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	k.l.hook.Event(k.eventCtx(), e)
+}
+
+// setHookCtx records the context of the acquisition's events for the
+// lock's background events (see eventCtx).
+func (k *Lock) setHookCtx(ctx context.Context) {
+	k.mu.Lock()
+	k.events.ctx = ctx
+	k.mu.Unlock()
+}
+
+// acquisitionTold records that the hook was told of the acquisition, and
+// returns the loss held back until then (see lostEvent), if any.
+func (k *Lock) acquisitionTold() (lost *Event) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.events.told = true
+	lost, k.events.pendingLost = k.events.pendingLost, nil
+	return lost
+}
+
+// giveBack releases a lock whose acquisition the hook will not see end
+// (see giveBackOnPanic): the hook hears of no release either.
+func (k *Lock) giveBack() {
+	k.mu.Lock()
+	k.events.acquiredAt = time.Time{} // no EventReleased (see Lock.release)
+	k.mu.Unlock()
+	k.release(context.Background())
+}
+
+// eventCtx is the context of the lock's background events for the hook:
+// its acquisition's, without its cancellation.
+func (k *Lock) eventCtx() context.Context {
+	k.mu.Lock()
+	ctx := k.events.ctx
+	k.mu.Unlock()
+	if ctx == nil {
+		return context.Background()
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// lockEvents is a Lock's bookkeeping for the hook, guarded by Lock.mu: the
+// start of the acquiring round (zero for a lock given back before Acquire
+// returned: no EventReleased), the acquisition's context (see Hook.Start),
+// whether EventAcquired was sent, and an EventLost held back until it is.
+type lockEvents struct {
+	acquiredAt  time.Time
+	ctx         context.Context
+	told        bool
+	pendingLost *Event
+}
+
+// started records the start of the acquiring round; Lock.mu is held.
+func (e *lockEvents) started(at time.Time) { e.acquiredAt = at }

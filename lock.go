@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"time"
@@ -47,17 +46,11 @@ type Lock struct {
 	nodes      []nodeLease  // per node
 	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
-	// For the hook: the start of the acquiring round (zero for a lock
-	// given back before Acquire returned), the acquisition's context (see
-	// Hook.Start), whether EventAcquired was sent, and an EventLost held
-	// back until it is.
-	acquiredAt  time.Time
-	hookCtx     context.Context
-	told        bool
-	pendingLost *Event
-	lostCh      chan struct{}
-	lost        bool // ownership ended while held (or Close took the lock back)
-	released    bool
+	// events is the hook's bookkeeping (hook.go's).
+	events   lockEvents
+	lostCh   chan struct{}
+	lost     bool // ownership ended while held (or Close took the lock back)
+	released bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound
@@ -109,7 +102,7 @@ func (k *Lock) start(start time.Time) bool {
 		return false
 	}
 	l.locks[k] = struct{}{}
-	k.acquiredAt = start
+	k.events.started(start)
 	if k.autoRenew {
 		k.renewAt = start.Add(k.ttl / 3)
 	}
@@ -168,16 +161,4 @@ func (k *Lock) ValidUntil() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.validUntil
-}
-
-// eventCtx is the context of the lock's background events for the hook:
-// its acquisition's, without its cancellation.
-func (k *Lock) eventCtx() context.Context {
-	k.mu.Lock()
-	ctx := k.hookCtx
-	k.mu.Unlock()
-	if ctx == nil {
-		return context.Background()
-	}
-	return context.WithoutCancel(ctx)
 }

@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -43,20 +42,6 @@ func (k *Lock) markLost(cause error) {
 	}
 }
 
-// lostEvent tells the hook that the lock was lost, once it was told that it
-// was acquired (see acquisition.end).
-func (k *Lock) lostEvent(cause error) {
-	k.mu.Lock()
-	e := Event{Kind: EventLost, Key: k.key, Limit: k.limit, Held: time.Since(k.acquiredAt), Reason: lostReason(cause), Err: cause}
-	if !k.told {
-		k.pendingLost = &e
-		k.mu.Unlock()
-		return
-	}
-	k.mu.Unlock()
-	k.l.hook.Event(k.eventCtx(), e)
-}
-
 func (k *Lock) stopTimers() {
 	if k.timer != nil {
 		k.timer.Stop()
@@ -89,31 +74,4 @@ func (k *Lock) wasLost() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.lost
-}
-
-// setHookCtx records the context of the acquisition's events for the
-// lock's background events (see eventCtx).
-func (k *Lock) setHookCtx(ctx context.Context) {
-	k.mu.Lock()
-	k.hookCtx = ctx
-	k.mu.Unlock()
-}
-
-// acquisitionTold records that the hook was told of the acquisition, and
-// returns the loss held back until then (see lostEvent), if any.
-func (k *Lock) acquisitionTold() (lost *Event) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.told = true
-	lost, k.pendingLost = k.pendingLost, nil
-	return lost
-}
-
-// giveBack releases a lock whose acquisition the hook will not see end
-// (see giveBackOnPanic): the hook hears of no release either.
-func (k *Lock) giveBack() {
-	k.mu.Lock()
-	k.acquiredAt = time.Time{} // no EventReleased (see Lock.release)
-	k.mu.Unlock()
-	k.release(context.Background())
 }

@@ -71,7 +71,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 		r = &releaseRound{}
 	}
 	k.rel = r
-	wasLost, acquiredAt := k.lost, k.acquiredAt
+	wasLost, acquiredAt := k.lost, k.events.acquiredAt
 	first := !k.released
 	if first {
 		k.released = true

@@ -62,6 +62,7 @@ func For(n, limit int) int {
 
 // Node is one independent Redis deployment (standalone, Sentinel or Cluster).
 type Node struct {
+	// Set by NewNode and never changed.
 	Client redis.UniversalClient
 	// Addr names the node in errors.
 	Addr string
@@ -77,6 +78,9 @@ type Node struct {
 	// may sit on another node than the keys it is about.
 	Cluster bool
 
+	// The suspect state: suspectUntil and lastReload are atomics, closed
+	// is under suspectMu, OnSuspect is called under it.
+	//
 	// suspectUntil (Unix ns) is set when the node left a round without an
 	// answer, and cleared by its next successful answer: while it is set,
 	// rounds do not wait for the node to decide (it still gets every
