@@ -51,15 +51,17 @@ func TestRedlockMinorityFrozen(t *testing.T) {
 			t.Errorf("Release took %s with 2 of 5 nodes frozen", el)
 		}
 	}
-	// Renewal keeps the lock for several TTLs with the minority frozen.
-	k, err := l.Acquire(ctx(t), "minority-renew", dlock.WithTTL(time.Second))
+	// Renewal keeps the lock for three TTLs with the minority frozen. (A
+	// TTL of 2s, not 1s: under the race detector on a loaded 2-core machine
+	// a renewal has its 400ms node timeout, not 200ms.)
+	k, err := l.Acquire(ctx(t), "minority-renew", dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-k.Lost():
 		t.Fatal("lock lost with only a minority frozen")
-	case <-time.After(3 * time.Second):
+	case <-time.After(6 * time.Second):
 	}
 	k.Release(ctx(t))
 	for _, s := range servers[:2] {
