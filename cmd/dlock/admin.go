@@ -91,8 +91,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	if code >= 0 {
 		return code
 	}
-	intervalSet := false
-	fs.Visit(func(f *flag.Flag) { intervalSet = intervalSet || f.Name == "interval" })
+	intervalSet := flagSet(fs, "interval")
 	switch {
 	case *interval <= 0:
 		return c.usageError("status", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)

@@ -162,13 +162,6 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fset interface{ Visit(func(*flag.Flag)) }, name string) bool {
-	set := false
-	fset.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // defaultMetadata says who holds a lock taken by dlock run: the host, the
 // process id of dlock, and the command's name (not its arguments, which may
 // hold secrets: --metadata says more), cut to fit dlock.MaxMetadata on a
