@@ -88,7 +88,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 	if k, err, done := l.uncontended(ctx, key, cfg, a); done {
 		return k, err
 	}
-	ks := l.keyState(key)
+	ks := l.keyState(key, cfg.shared)
 	defer l.putKeyState(ks)
 	if err := ks.enter(ctx, l.done); err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -282,7 +282,7 @@ func jitter(n time.Duration) time.Duration { return time.Duration(mrand.Int64N(i
 // the Locker's inbox has not been subscribed on any node.
 func (l *Locker) neverWaited(key string) bool {
 	l.mu.Lock()
-	_, waiting := l.keys[key]
+	_, waiting := l.keys[waitSlot{key: key}]
 	l.mu.Unlock()
 	if waiting {
 		return false

@@ -36,8 +36,15 @@ type Status struct {
 	// Limit is a semaphore's limit (WithLimit) while it has holders, from
 	// the first node that has one; 0 for a lock, or a key nobody holds.
 	Limit int
-	// Permits are a semaphore's holders, from the node that has the most.
+	// Permits are a semaphore's holders, or the shared holders
+	// (WithShared), from the node that has the most.
 	Permits []Permit
+	// Shared is true when the holders are shared holds (WithShared), on
+	// the first node that has holders: Permits lists them.
+	Shared bool
+	// Writers is the largest number, on a node, of exclusive acquisitions
+	// that wait and stop new shared holds from starting (see WithShared).
+	Writers int64
 	// Nodes has one entry per node, in the order of the clients.
 	Nodes []NodeStatus
 }
@@ -73,9 +80,13 @@ type NodeStatus struct {
 	Waiters int64
 	// Metadata is the holder's metadata on the node, or "".
 	Metadata string
-	// Limit and Permits describe a semaphore on the node (see Status).
+	// Limit, Permits and Shared describe a semaphore, or shared holds, on
+	// the node; Writers counts the waiting exclusive acquisitions (see
+	// Status).
 	Limit   int
 	Permits []Permit
+	Shared  bool
+	Writers int64
 	// Err is the node's failure when it could not be asked (wrap it in a
 	// *NodeError to name the node); the other fields are then zero.
 	Err error
@@ -144,6 +155,7 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 	}
 	st.Fence = max(st.Fence, ns.Fence)
 	st.Waiters = max(st.Waiters, ns.Waiters)
+	st.Writers = max(st.Writers, ns.Writers)
 	if st.Metadata == "" {
 		st.Metadata = ns.Metadata
 	}
@@ -152,6 +164,9 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 	}
 	if len(ns.Permits) > len(st.Permits) {
 		st.Permits = ns.Permits
+	}
+	if ns.Held && !st.Shared && st.Limit == 0 {
+		st.Shared = ns.Shared
 	}
 	return ns.Held
 }
@@ -164,7 +179,7 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 	var pttl *redis.DurationCmd
 	var waiters *redis.IntCmd
 	var meta *redis.MapStringStringCmd
-	var permits *redis.ZSliceCmd
+	var permits, writers *redis.ZSliceCmd
 	var now *redis.TimeCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, nm.Lock)
@@ -174,6 +189,7 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 		meta = p.HGetAll(ctx, nm.Meta)
 		permits = p.ZRangeWithScores(ctx, nm.Lock, 0, -1) // a semaphore
 		limit = p.Get(ctx, nm.Limit)
+		writers = p.ZRangeWithScores(ctx, nm.Writers, 0, -1)
 		now = p.Time(ctx)
 		return nil
 	})
@@ -184,9 +200,16 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 		return NodeStatus{}, err
 	}
 	var ns NodeStatus
+	nowMS := now.Val().UnixMilli()
 	if zs, err := permits.Result(); err == nil && len(zs) > 0 {
-		ns.addPermits(zs, meta.Val(), now.Val().UnixMilli())
+		ns.addPermits(zs, meta.Val(), nowMS)
 		ns.Limit, _ = strconv.Atoi(limit.Val())
+		ns.Shared = limit.Val() == "0"
+	}
+	for _, z := range writers.Val() {
+		if int64(z.Score) > nowMS {
+			ns.Writers++
+		}
 	}
 	if v, err := get.Result(); err == nil {
 		ns.Held = true

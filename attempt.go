@@ -130,7 +130,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		regs = ks.registration(ready)
 	}
 	q := l.quorumFor(cfg.limit)
-	lim := limitArg(cfg.limit)
+	lim := limitArg(cfg.limit, cfg.shared)
 	res := attemptResult{outcome: l.newOutcome(key, q)}
 	argv := script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}
 	var args []any // the same command for every node when not registering
@@ -204,7 +204,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 		switch {
 		case rs.Err != nil:
 			if held, ok := limitMismatch(rs.Err); ok && r.limitErr == nil {
-				r.limitErr = limitError(r.key, held, max(cfg.limit, 1))
+				r.limitErr = limitError(r.key, held, cfg.limit, cfg.shared)
 			}
 			r.failed(l, rs.Node, rs.Err)
 		case rs.Val.OK:
@@ -436,8 +436,13 @@ func limitMismatch(err error) (held string, ok bool) {
 		return "", false
 	}
 	held, _, _ = strings.Cut(rest, " ")
-	if held == "?" {
-		held = "above 1" // a semaphore whose limit key was lost
+	switch held {
+	case "?":
+		held = "limit above 1" // a semaphore whose limit key was lost
+	case "0":
+		held = "shared holds"
+	default:
+		held = "limit " + held
 	}
 	return held, true
 }
@@ -446,9 +451,13 @@ func limitMismatch(err error) (held string, ok bool) {
 // its holders use limit held. The copies of a fleet disagree: it is
 // ErrMisconfigured (waiting cannot fix it), and also wraps ErrInvalid (the
 // caller's WithLimit is the one that differs from the holders').
-func limitError(key, held string, asked int) error {
-	return &limitMismatchError{fmt.Sprintf("%s: %q is held with limit %s, asked with limit %d: every holder of a key must give the same limit",
-		ErrMisconfigured.Error(), key, held, asked)}
+func limitError(key, held string, asked int, shared bool) error {
+	how := fmt.Sprintf("with limit %d", max(asked, 1))
+	if shared {
+		how = "for a shared hold"
+	}
+	return &limitMismatchError{fmt.Sprintf("%s: %q is held with %s, asked %s: every holder of a key must give the same limit",
+		ErrMisconfigured.Error(), key, held, how)}
 }
 
 type limitMismatchError struct{ msg string }

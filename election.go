@@ -44,6 +44,8 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 		return nil, err
 	} else if cfg.limit > 1 {
 		return nil, invalid("an election has one leader: WithLimit(%d) does not apply", cfg.limit)
+	} else if cfg.shared {
+		return nil, invalid("an election has one leader: WithShared does not apply")
 	}
 	all := make([]LockOption, 0, len(opts)+2)
 	all = append(all, opts...)

@@ -26,7 +26,8 @@ type Lock struct {
 	// election is the leadership's state when Campaign acquired the lock,
 	// nil otherwise (see leadership; election.go owns it).
 	election *leadership
-	limit    int // WithLimit's n; 0 for a lock
+	limit    int  // WithLimit's n; 0 for a lock
+	shared   bool // WithShared's
 	// quorum is the number of nodes that must hold the key (see
 	// Locker.quorumFor).
 	quorum int
@@ -72,7 +73,7 @@ type Lock struct {
 func (l *Locker) newLock(key string, nm *keys.Names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
 		l: l, key: key, names: nm, token: token, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
-		limit: cfg.limit, quorum: l.quorumFor(cfg.limit),
+		limit: cfg.limit, shared: cfg.shared, quorum: l.quorumFor(cfg.limit),
 		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
 		lostCh: make(chan struct{}),

@@ -63,7 +63,7 @@ type Locker struct {
 	// Guarded by mu: the keys being waited for (keyState.refs counts their
 	// Acquire calls, under mu too), the locks held, and Close's progress.
 	mu      sync.Mutex
-	keys    map[string]*keyState
+	keys    map[waitSlot]*keyState
 	locks   map[*Lock]struct{}
 	closed  bool
 	stopped bool          // Close is waiting for the tracked goroutines
@@ -155,7 +155,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l := &Locker{
 		quorum: quorum.For(len(clients), 1),
 		cfg:    cfg,
-		keys:   make(map[string]*keyState),
+		keys:   make(map[waitSlot]*keyState),
 		locks:  make(map[*Lock]struct{}),
 		done:   make(chan struct{}),
 	}
@@ -355,9 +355,12 @@ func (l *Locker) isClosed() bool {
 // (see WithLimit and quorum.For).
 func (l *Locker) quorumFor(limit int) int { return quorum.For(len(l.nodes), limit) }
 
-// limitArg is the limit as the scripts take it.
-func limitArg(limit int) any {
-	if limit <= 1 {
+// limitArg is the limit as the scripts take it: "0" for a shared hold.
+func limitArg(limit int, shared bool) any {
+	switch {
+	case shared:
+		return "0"
+	case limit <= 1:
 		return "1"
 	}
 	return strconv.Itoa(limit)
@@ -397,6 +400,9 @@ func applyLockOptions(opts []LockOption) (lockConfig, error) {
 		if o != nil {
 			o(&c)
 		}
+	}
+	if c.err == nil && c.shared && c.limit > 0 {
+		c.err = invalid("WithShared and WithLimit(%d) do not combine: shared holds have no limit", c.limit)
 	}
 	return c, c.err
 }

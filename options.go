@@ -163,6 +163,7 @@ type lockConfig struct {
 	autoRenew bool
 	metadata  string
 	limit     int  // 0: a lock (as 1)
+	shared    bool // WithShared's
 	election  bool // Campaign's: the lock is a leadership (see leadership)
 	err       error
 }
@@ -218,6 +219,32 @@ func WithLimit(n int) LockOption {
 		}
 		c.limit = n
 	}
+}
+
+// WithShared makes the acquisition a shared (read) hold of the key: any
+// number of shared holders hold it at once; none while an exclusive holder
+// (a plain lock of the key, as Acquire takes without WithShared) holds it;
+// and an exclusive Acquire that waits stops new shared holds from starting,
+// so that writers are not starved: a shared acquisition made after an
+// exclusive one began waiting waits for it. Each shared hold is a *Lock of
+// its own, with its own renewal, Lost, Extend, Release and fence, from the
+// key's one counter (an exclusive hold's fence is larger than the fence of
+// every hold that ended before it began). Over NewRedlock a shared hold
+// needs a majority, as a lock: a majority of shared grants and a majority
+// of exclusive grants have a master in common.
+//
+// Waiting costs what waiting for a lock costs: the last shared release
+// wakes the waiting writer; an exclusive release wakes every shared waiter
+// queued before the next exclusive one, at once. A shared holder that died
+// without releasing blocks a writer until its TTL runs out, as a lock's
+// holder does; a writer that waits renews its claim on every attempt (at
+// least every third of its TTL while shared holds block it), and one that
+// died or froze stops blocking new shared holds one TTL (its own) after
+// its last attempt. WithShared with WithLimit, or in Campaign, is an error
+// wrapping ErrInvalid; a shared acquisition of a key held as a semaphore,
+// or the other way round, is refused as a limit mismatch (see WithLimit).
+func WithShared() LockOption {
+	return func(c *lockConfig) { c.shared = true }
 }
 
 // WithTTL sets the lock's TTL: the lease length, and so how long other

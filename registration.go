@@ -22,6 +22,20 @@ func (l *Locker) waiterMember(key string) string {
 	return l.id + ":" + strconv.FormatUint(l.seq.Add(1), 10) + ":" + key
 }
 
+// readerMember names the waiter of a shared acquisition (see
+// keyState.shared): its SEQ begins with "r", which tells the scripts.
+func (l *Locker) readerMember(seq uint64, key string) string {
+	return l.id + ":r" + strconv.FormatUint(seq, 10) + ":" + key
+}
+
+// newMember is a new member for ks's waiter, of its kind.
+func (ks *keyState) newMember() string {
+	if ks.shared {
+		return ks.l.readerMember(ks.l.seq.Add(1), ks.key)
+	}
+	return ks.l.waiterMember(ks.key)
+}
+
 // nodeReg is what an attempt passes to one node about the waiter.
 type nodeReg struct {
 	member, pos, queued, refresh string
@@ -41,7 +55,7 @@ func (ks *keyState) registration(ready []bool) []nodeReg {
 			continue
 		}
 		if ks.member == "" {
-			ks.member = ks.l.waiterMember(ks.key)
+			ks.member = ks.newMember()
 		}
 		nw := &ks.nodes[i]
 		regs[i] = nodeReg{member: ks.member, pos: nw.pos, queued: "0", refresh: "0"}
@@ -153,7 +167,7 @@ func (ks *keyState) leave() {
 // rotate is set; ks.mu is held.
 func (ks *keyState) reset(rotate bool) {
 	if rotate {
-		ks.member = ks.l.waiterMember(ks.key)
+		ks.member = ks.newMember()
 	}
 	for i := range ks.nodes {
 		ks.nodes[i] = nodeWait{pos: "0"}

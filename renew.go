@@ -169,7 +169,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			argv := script.ExtendArgs{Token: k.tokenArg, TTL: ttlArg, Regain: regain, Metadata: k.metadata, Limit: limitArg(k.limit), Fence: fenceArg, Retention: l.retentionArg}
+			argv := script.ExtendArgs{Token: k.tokenArg, TTL: ttlArg, Regain: regain, Metadata: k.metadata, Limit: limitArg(k.limit, k.shared), Fence: fenceArg, Retention: l.retentionArg}
 			v, err := l.runScript(ctx, c, timeout, script.Extend, argv.Command(k.names.ExtendKeys[:]))
 			return script.IntReply("extend", v, err)
 		},

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,11 @@ type keyState struct {
 	l     *Locker
 	key   string
 	names *keys.Names
+	slot  waitSlot // its entry in Locker.keys
+	// shared: the waiter of one shared acquisition (WithShared), which
+	// has a keyState, a registration and a member ("LOCKERID:rSEQ:KEY")
+	// of its own, so that a release wakes every shared waiter at once.
+	shared bool
 
 	refs int // guarded by l.mu
 	// gone is set when the last Acquire left (guarded by mu): an answer that
@@ -40,21 +46,38 @@ type keyState struct {
 	standIn *time.Timer // set while standing in for a woken waiter
 }
 
-func (l *Locker) keyState(key string) *keyState {
+// waitSlot names a keyState in Locker.keys: reader is 0 for the local queue
+// of a key's exclusive acquisitions, and a shared acquisition's own number
+// (the SEQ of its member, see keyState.shared) otherwise.
+type waitSlot struct {
+	key    string
+	reader uint64
+}
+
+// keyState returns the waiting machinery of key for an acquisition: the
+// key's local queue, or for a shared one (see keyState.shared) its own.
+func (l *Locker) keyState(key string, shared bool) *keyState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ks := l.keys[key]
+	slot := waitSlot{key: key}
+	if shared {
+		slot.reader = l.seq.Add(1)
+	}
+	ks := l.keys[slot]
 	if ks == nil {
 		n := len(l.nodes)
 		ks = &keyState{
-			l: l, key: key, names: l.names(key),
+			l: l, key: key, names: l.names(key), slot: slot, shared: shared,
 			wake:  make(chan struct{}, 1),
 			nodes: make([]nodeWait, n),
 		}
 		for i := range ks.nodes {
 			ks.nodes[i].pos = "0"
 		}
-		l.keys[key] = ks
+		if shared {
+			ks.member = l.readerMember(slot.reader, key)
+		}
+		l.keys[slot] = ks
 	}
 	ks.refs++
 	return ks
@@ -72,7 +95,7 @@ func (l *Locker) putKeyState(ks *keyState) {
 	ks.refs--
 	last := ks.refs == 0
 	if last {
-		delete(l.keys, ks.key)
+		delete(l.keys, ks.slot)
 	}
 	l.mu.Unlock()
 	if !last {
@@ -199,12 +222,16 @@ func (l *Locker) deliver(i int, payload string) {
 	if !ok {
 		return
 	}
-	_, key, ok := strings.Cut(rest, ":")
+	seq, key, ok := strings.Cut(rest, ":")
 	if !ok || key == "" {
 		return
 	}
+	slot := waitSlot{key: key}
+	if r, ok := strings.CutPrefix(seq, "r"); ok {
+		slot.reader, _ = strconv.ParseUint(r, 10, 64)
+	}
 	l.mu.Lock()
-	ks := l.keys[key]
+	ks := l.keys[slot]
 	l.mu.Unlock()
 	current := false
 	if ks != nil {

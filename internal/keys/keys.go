@@ -11,12 +11,12 @@ import (
 // Names are the Redis keys of one lock. A Names is never modified once
 // made: locks, waiters and the cache share it.
 type Names struct {
-	Key                                             string // the lock's name, as passed to Acquire
-	Lock, Fence, Waiters, Leases, Meta, Limit, Dead string
+	Key                                                      string // the lock's name, as passed to Acquire
+	Lock, Fence, Waiters, Leases, Meta, Limit, Dead, Writers string
 	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, in
 	// each script's order, boxed once (see the root package's script).
-	AcquireKeys [7]any
-	ReleaseKeys [7]any
+	AcquireKeys [8]any
+	ReleaseKeys [8]any
 	ExtendKeys  [5]any
 	RaiseKeys   [2]any
 }
@@ -40,13 +40,14 @@ func Make(prefix, key string) *Names {
 	// One string holds all the names, which are slices of it: a lock's
 	// names cost one allocation (a concatenation of many strings is one).
 	p := prefix
-	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead"
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead" + p + "{" + tag + "}:writers"
 	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
 	w := lock + len(":fence")       // where the waiters' name starts
 	e := w + lock + len(":waiters") // where the leases' name starts
 	m := e + lock + len(":wexp")    // where the metadata's name starts
 	li := m + lock + len(":meta")   // where the limit's name starts
 	d := li + lock + len(":limit")  // where the tombstones' name starts
+	wr := d + lock + len(":dead")   // where the writers' name starts
 	n := &Names{
 		Key:     key,
 		Lock:    all[:lock],
@@ -55,11 +56,12 @@ func Make(prefix, key string) *Names {
 		Leases:  all[e:m],
 		Meta:    all[m:li],
 		Limit:   all[li:d],
-		Dead:    all[d:],
+		Dead:    all[d:wr],
+		Writers: all[wr:],
 	}
-	lk, fk, wk, ek, mk, lik, dk := any(n.Lock), any(n.Fence), any(n.Waiters), any(n.Leases), any(n.Meta), any(n.Limit), any(n.Dead)
-	n.AcquireKeys = [7]any{lk, fk, wk, ek, mk, lik, dk}
-	n.ReleaseKeys = [7]any{lk, wk, ek, mk, lik, dk, fk}
+	lk, fk, wk, ek, mk, lik, dk, wrk := any(n.Lock), any(n.Fence), any(n.Waiters), any(n.Leases), any(n.Meta), any(n.Limit), any(n.Dead), any(n.Writers)
+	n.AcquireKeys = [8]any{lk, fk, wk, ek, mk, lik, dk, wrk}
+	n.ReleaseKeys = [8]any{lk, wk, ek, mk, lik, dk, fk, wrk}
 	n.ExtendKeys = [5]any{lk, mk, lik, fk, dk}
 	n.RaiseKeys = [2]any{fk, mk}
 	return n

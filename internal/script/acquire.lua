@@ -11,6 +11,8 @@
 --                                          lives as long as the holders)
 -- KEYS[6] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- KEYS[7] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
+-- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter -> the end of
+--                                          its intent, server ms; see "Shared holds")
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
@@ -18,10 +20,13 @@
 -- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
 -- ARGV[5] limit          "1" for a lock (KEYS[1] a string: the owner token),
 --                        n > 1 for a semaphore (KEYS[1] a sorted set: owner
---                        token -> expiry in server ms, for at most n holders)
+--                        token -> expiry in server ms, for at most n holders),
+--                        "0" for a shared hold (KEYS[1] a sorted set as a
+--                        semaphore's, of any number of holders; KEYS[6] "0")
 -- ARGV[6..10], only for an attempt that may register as a waiter (absent: it
 -- does not, and takes a free lock with a single SET NX):
--- ARGV[6] waiter         "LOCKERID:SEQ:KEY" (see release.lua for its use)
+-- ARGV[6] waiter         "LOCKERID:SEQ:KEY", SEQ beginning with "r" for a shared
+--                        hold's waiter (see release.lua for its use)
 -- ARGV[7] waiter lease   ms a registration lives without being refreshed
 -- ARGV[8] position       the waiter's queue position from an earlier reply, "0" for new
 -- ARGV[9] queued         "1" if the waiter may sit in the waiting set (remove it on success)
@@ -76,9 +81,28 @@
 -- is written.
 -- A waiting set, waiter leases or metadata of another type (keys another
 -- program wrote) would make a write fail after others: refuse first.
+--
+-- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
+-- whose KEYS[6] is "0". One is granted while the key is free or shared,
+-- unless a writer waits ahead of the caller: KEYS[8] holds the intent of
+-- each exclusive waiter, with an end one TTL (the writer's) after its last
+-- failed attempt; a live intent whose waiter sits in the waiting set at a
+-- lower position than the caller's (any position, for a caller not yet
+-- queued), or no longer sits there (it was woken), refuses the grant, and
+-- the reply's pttl is the time until that intent ends. A reservation for
+-- the caller (a member "~WAITER", made by release.lua for the readers it
+-- woke) or a live hold of its own is granted whatever the intents. An
+-- exclusive acquisition of a shared key waits while any hold or reservation
+-- is live, its pttl then at most a third of its TTL, so that it renews its
+-- intent (refreshed on every failed attempt of an exclusive waiter) before
+-- the intent ends; once they all expired, the set is deleted and the lock
+-- taken. A shared hold on a lock (a string: its holder, or a reservation)
+-- waits as for a lock; a shared hold on a semaphore, or the other way
+-- round, is refused as a limit mismatch ("0" names the shared holds).
 local token, metadata = ARGV[1], ARGV[4]
 local waiter = ARGV[6] or ''
 local queued = ARGV[9] == '1'
+local exclusive = ARGV[5] == '1'
 
 local buried = redis.call('ZSCORE', KEYS[7], token)
 if buried then
@@ -93,8 +117,8 @@ local function wrongType(k, want)
   return t ~= 'none' and t ~= want
 end
 local function refuseWrongTypes(waiters, meta)
-  if (waiters and (wrongType(KEYS[3], 'zset') or wrongType(KEYS[4], 'hash'))) or (meta and wrongType(KEYS[5], 'hash')) then
-    return redis.error_reply('WRONGTYPE dlock: a waiting set, lease or metadata key of ' .. KEYS[1] .. ' holds another type')
+  if (waiters and (wrongType(KEYS[3], 'zset') or wrongType(KEYS[4], 'hash') or wrongType(KEYS[8], 'zset'))) or (meta and wrongType(KEYS[5], 'hash')) then
+    return redis.error_reply('WRONGTYPE dlock: a waiting set, lease, writers or metadata key of ' .. KEYS[1] .. ' holds another type')
   end
   return false
 end
@@ -160,13 +184,9 @@ local function prune(now)
     end
   end
 end
--- notString is the reply when the lock key is not a string: a semaphore's
--- holders (a sorted set), or a key of another program (err, WRONGTYPE).
-local function notString(err)
-  if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then
-    return mismatch(redis.call('GET', KEYS[6]) or '?')
-  end
-  return err
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- register writes the waiter's registration if it is new, was popped or is
 -- old, or vanished; it returns the queue position, or an error reply.
@@ -193,6 +213,27 @@ local function register(waiter, pos)
     redis.call('PEXPIRE', KEYS[4], ARGV[7])
   end
   return pos
+end
+-- intend writes an exclusive waiter's intent: it ends one TTL from now.
+local function intend()
+  local now = clock()
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+  redis.call('ZADD', KEYS[8], now + tonumber(ARGV[2]), waiter)
+  local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[8], last)
+end
+-- writerAhead returns the ms until the first live intent of a writer ahead
+-- of the caller ends, or false when there is none (see "Shared holds").
+local function writerAhead(now)
+  local ws = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 16)
+  local mine = tonumber(ARGV[8] or '0')
+  for i = 1, #ws, 2 do
+    local p = redis.call('ZSCORE', KEYS[3], ws[i])
+    if mine == 0 or not p or tonumber(p) < mine then
+      return math.max(tonumber(ws[i + 1]) - now, 1)
+    end
+  end
+  return false
 end
 -- done finishes a grant: the fence, the holder's entries, the waiter's
 -- registration. own: the lock already held the token (a retried command);
@@ -226,24 +267,114 @@ local function done(c, own, last, now)
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
   end
+  if waiter ~= '' and exclusive then
+    redis.call('ZREM', KEYS[8], waiter)
+  end
   return {1, fence}
 end
 -- busy registers the waiter, if any, and returns the failure reply.
 local function busy(pttl)
   local pos = ARGV[8] or '0'
   if waiter ~= '' then
+    if exclusive then
+      local refused = refuseWrongTypes(true, false)
+      if refused then
+        return refused
+      end
+    end
     local p, refused = register(waiter, pos)
     if refused then
       return refused
     end
     pos = p
+    if exclusive then
+      intend()
+    end
   end
   return {0, pttl, pos}
+end
+-- claims reports whether the caller holds a live permit, and whether a live
+-- reservation is its.
+local function claims(now)
+  local mine = redis.call('ZSCORE', KEYS[1], token)
+  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[1], '~' .. waiter)
+  return mine and tonumber(mine) > now, resv and tonumber(resv) > now
+end
+-- permit writes a semaphore's or a shared hold's grant (resv: the caller's
+-- reservation was taken) and returns the reply.
+local function permit(c, now, resv)
+  prune(now)
+  if resv then
+    redis.call('ZREM', KEYS[1], '~' .. waiter)
+  end
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[1], last)
+  redis.call('SET', KEYS[6], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[6], last)
+  -- A retried grant gets a fence of its own too: other permits may
+  -- have taken the next ones meanwhile.
+  return done(c, false, last, now)
+end
+-- onSet is an exclusive acquisition's answer when the lock key is not a
+-- string: shared holds (a sorted set, KEYS[6] "0"), a semaphore's permits,
+-- or a key of another program (err, WRONGTYPE).
+local function onSet(err)
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+    return err
+  end
+  local held = redis.call('GET', KEYS[6])
+  if held ~= '0' then
+    return mismatch(held or '?')
+  end
+  local now = clock()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  if last and tonumber(last) > now then
+    return busy(math.max(math.min(tonumber(last) - now, math.floor(tonumber(ARGV[2]) / 3)), 1))
+  end
+  local c, bad = grantable()
+  if bad then
+    return bad
+  end
+  prune(now)
+  redis.call('DEL', KEYS[1], KEYS[6])
+  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  return done(c, false)
+end
+
+if ARGV[5] == '0' then
+  -- A shared hold.
+  local ty = redis.call('TYPE', KEYS[1])['ok']
+  if ty == 'string' then
+    if string.sub(redis.call('GET', KEYS[1]), 1, 1) == '~' then
+      return busy(-3)
+    end
+    return busy(redis.call('PTTL', KEYS[1]))
+  elseif ty ~= 'none' and ty ~= 'zset' then
+    return redis.error_reply('WRONGTYPE dlock: the lock ' .. KEYS[1] .. ' holds another type')
+  end
+  local now = clock()
+  local held = redis.call('GET', KEYS[6])
+  if held and held ~= '0' and redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') > 0 then
+    return mismatch(held)
+  end
+  local mine, resv = claims(now)
+  if not (mine or resv) then
+    local wait = writerAhead(now)
+    if wait then
+      return busy(wait)
+    end
+  end
+  local c, bad = grantable()
+  if bad then
+    return bad
+  end
+  return permit(c, now, resv)
 end
 
 local c, bad
 
-if ARGV[5] ~= '1' then
+if not exclusive then
   -- A semaphore of ARGV[5] permits.
   local limit = tonumber(ARGV[5])
   local ty = redis.call('TYPE', KEYS[1])['ok']
@@ -252,34 +383,19 @@ if ARGV[5] ~= '1' then
   elseif ty ~= 'none' and ty ~= 'zset' then
     return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[1] .. ' holds another type')
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = clock()
   local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
   local held = redis.call('GET', KEYS[6])
   if live > 0 and held and held ~= ARGV[5] then
     return mismatch(held)
   end
-  local mine = redis.call('ZSCORE', KEYS[1], token)
-  mine = mine and tonumber(mine) > now
-  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[1], '~' .. waiter)
-  resv = resv and tonumber(resv) > now
+  local mine, resv = claims(now)
   if mine or resv or live < limit then
     c, bad = grantable()
     if bad then
       return bad
     end
-    prune(now)
-    if resv then
-      redis.call('ZREM', KEYS[1], '~' .. waiter)
-    end
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
-    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
-    redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('SET', KEYS[6], ARGV[5])
-    redis.call('PEXPIREAT', KEYS[6], last)
-    -- A retried grant gets a fence of its own too: other permits may
-    -- have taken the next ones meanwhile.
-    return done(c, false, last, now)
+    return permit(c, now, resv)
   end
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return busy(math.max(tonumber(first[2]) - now, 0))
@@ -300,7 +416,7 @@ if waiter == '' then
   if not granted then
     v = redis.pcall('GET', KEYS[1])
     if type(v) == 'table' then
-      return notString(v)
+      return onSet(v)
     end
     if v == token then
       -- A retried command whose first reply was lost.
@@ -312,7 +428,7 @@ else
   -- Most likely held: look first.
   v = redis.pcall('GET', KEYS[1])
   if type(v) == 'table' then
-    return notString(v)
+    return onSet(v)
   end
   if v == false or v == token or v == '~' .. waiter then
     c, bad = grantable()

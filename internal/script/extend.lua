@@ -17,7 +17,8 @@
 --                        is not set again: -1)
 -- ARGV[4] metadata       "" for none; else the lock's metadata, whose TTL follows
 --                        the lock's (and which a regain writes again)
--- ARGV[5] limit          "1" for a lock, n > 1 for a semaphore
+-- ARGV[5] limit          "1" for a lock, n > 1 for a semaphore, "0" for a shared
+--                        hold (a semaphore without a limit, see acquire.lua)
 -- ARGV[6] fence          the holder's fence (a decimal string)
 -- ARGV[7] retention      ms the fence counter lives after its last use
 --
@@ -109,7 +110,11 @@ if ARGV[5] ~= '1' then
   local held = redis.call('GET', KEYS[3])
   local ours = s and tonumber(s) > now
   if not ours then
-    if live >= tonumber(ARGV[5]) or (live > 0 and held and held ~= ARGV[5]) then
+    local cap = tonumber(ARGV[5])
+    if cap == 0 then
+      cap = math.huge -- shared holds
+    end
+    if live >= cap or (live > 0 and held and held ~= ARGV[5]) then
       return 0
     end
     if ARGV[3] ~= '1' or buried() then

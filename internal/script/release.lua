@@ -8,10 +8,12 @@
 -- KEYS[5] limit          prefix{K}:limit (a semaphore's)
 -- KEYS[6] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
 -- KEYS[7] fence counter  prefix{K}:fence
+-- KEYS[8] writers        prefix{K}:writers (exclusive waiters' intents, see acquire.lua)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
 -- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
--- ARGV[4] leaving        "" or a waiter to remove from the waiting set first
+-- ARGV[4] leaving        "" or a waiter to remove from the waiting set (and
+--                        from the writers' intents) first
 -- ARGV[5] wake           "1" to wake the next waiter, "0" not to (the clean-up
 --                        of a failed quorum attempt: the waiters were woken by
 --                        the release that freed the lock, and waking more for a
@@ -33,7 +35,8 @@
 --                        long from now (see extend.lua)
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
--- (a semaphore: 1 if ARGV[1] was a live permit, and it is removed either way).
+-- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
+-- removed either way).
 --
 -- The next waiter is the live registration with the lowest queue position;
 -- registrations whose lease ran out (their process died) are dropped on the
@@ -44,6 +47,13 @@
 -- without leaving the queue. With ARGV[3] > 0 the lock is not deleted but set
 -- to "~WAITER" for ARGV[3] ms, so a newcomer cannot barge in ahead of the
 -- woken waiter; if that waiter is gone, the reservation expires.
+-- Shared holds (see acquire.lua) wake nobody while another hold or
+-- reservation of the key is live: the last one wakes the next waiter. When
+-- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), every waiter
+-- after it up to the next exclusive one is woken too (at most 100 more per
+-- release), each with a reservation "~WAITER" in the key's sorted set; the
+-- stand-in is the waiter after them. A semaphore's release wakes one waiter,
+-- whatever it waits for.
 -- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
 -- closed its Locker or died: the server dropped the subscription with the
 -- connection) is passed over, for the woken waiter and for the stand-in
@@ -72,9 +82,11 @@ end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], ARGV[4])
+  redis.call('ZREM', KEYS[8], ARGV[4])
 end
 local v = redis.pcall('GET', KEYS[1])
 local sem = type(v) == 'table'
+local shared = false -- the key's permits are shared holds
 if sem then
   -- A semaphore's permits.
   if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
@@ -85,6 +97,7 @@ if sem then
     return 0
   end
   redis.call('ZREM', KEYS[1], ARGV[1])
+  shared = redis.call('GET', KEYS[5]) == '0'
   if tonumber(s) <= clock() then
     return 0 -- it had expired
   end
@@ -110,30 +123,71 @@ local function live(w)
   return tonumber(redis.call('HGET', KEYS[3], w) or '0') >= clock()
 end
 
+local function reader(w)
+  return string.find(w, '^[^:]*:r') ~= nil
+end
+-- pop removes waiter w from the queue and wakes it; it reports whether its
+-- registration was live and heard of it.
+local function pop(w)
+  local ok = live(w)
+  redis.call('HDEL', KEYS[3], w)
+  return ok and tell(w, 'w')
+end
+
 -- The woken waiter: the first live registration that hears of it. At most
 -- 16 are looked at (and dropped) per release; later releases go on.
-local nxt = false
-if ARGV[5] ~= '0' then
+local wake = ARGV[5] ~= '0'
+if shared and redis.call('ZCOUNT', KEYS[1], '(' .. clock(), '+inf') > 0 then
+  wake = false -- other shared holds remain
+end
+local woken = {}
+if wake then
   for _ = 1, 16 do
     local popped = redis.call('ZPOPMIN', KEYS[2])
     if #popped == 0 then
       break
     end
-    local w = popped[1]
-    local ok = live(w)
-    redis.call('HDEL', KEYS[3], w)
-    if ok and tell(w, 'w') then
-      nxt = w
+    if pop(popped[1]) then
+      woken[1] = popped[1]
       break
+    end
+  end
+end
+local nxt = woken[1]
+-- group: readers woken onto a lock or shared holds (not a semaphore's).
+local group = nxt and reader(nxt) and (shared or not sem)
+if group then
+  for _ = 1, 100 do
+    local after = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not after or not reader(after) then
+      break
+    end
+    redis.call('ZREM', KEYS[2], after)
+    if pop(after) then
+      woken[#woken + 1] = after
     end
   end
 end
 
 local reserve = nxt and tonumber(ARGV[3]) > 0
 local last = false -- a semaphore's last permit's expiry
-if sem then
+if shared and nxt and not group then
+  -- A writer after the last shared hold: the key becomes its reservation.
+  redis.call('DEL', KEYS[1], KEYS[5])
   if reserve then
-    redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. nxt)
+    redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
+  end
+elseif sem or (group and reserve) then
+  if not sem then
+    redis.call('DEL', KEYS[1]) -- a lock, handed to readers
+  end
+  if reserve then
+    for _, w in ipairs(woken) do
+      redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. w)
+    end
+    if group then
+      redis.call('SET', KEYS[5], '0')
+    end
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
   if #gone > 0 then

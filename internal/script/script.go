@@ -29,8 +29,8 @@ var (
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
-	Acquire = newScript(acquireSrc, 7)
-	Release = newScript(releaseSrc, 7)
+	Acquire = newScript(acquireSrc, 8)
+	Release = newScript(releaseSrc, 8)
 	Extend  = newScript(extendSrc, 5)
 	Raise   = newScript(raiseSrc, 2)
 )
