@@ -31,7 +31,7 @@ func rwExclusion(t *testing.T, lockers []*dlock.Locker, redlock bool, readers, w
 		mostReaders            int
 		overlaps               []string
 		fences                 = map[uint64]bool{} // fence -> given to a writer
-		endedFence             uint64 // the largest fence of a section that ended
+		endedFence             uint64              // the largest fence of a section that ended
 		writerSections, shared atomic.Int32
 	)
 	section := func(w int, write bool, k *dlock.Lock) {

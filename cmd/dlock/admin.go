@@ -55,12 +55,15 @@ type statusJSON struct {
 	Waiters  int64        `json:"waiters"`
 	Metadata string       `json:"metadata,omitempty"`
 	Limit    int          `json:"limit,omitempty"`
+	Shared   bool         `json:"shared,omitempty"`
+	Writers  int64        `json:"writers,omitempty"`
 	Permits  []permitJSON `json:"permits,omitempty"`
 	Quorum   int          `json:"quorum"`
 	Nodes    []nodeJSON   `json:"nodes"`
 }
 
-// permitJSON is one holder of a semaphore (dlock run --limit).
+// permitJSON is one holder of a semaphore (dlock run --limit), or a shared
+// holder (--shared).
 type permitJSON struct {
 	Metadata string `json:"metadata,omitempty"`
 	TTLms    int64  `json:"ttl_ms"`
@@ -143,7 +146,8 @@ func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJ
 		return st, statusJSON{}, err
 	}
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
-		Waiters: st.Waiters, Quorum: quorum.For(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit}
+		Waiters: st.Waiters, Quorum: quorum.For(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit,
+		Shared: st.Shared, Writers: st.Writers}
 	for _, p := range st.Permits {
 		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds()})
 	}
@@ -180,8 +184,12 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 	if st.Held && st.Metadata != "" && st.Limit == 0 {
 		fmt.Fprintf(w, "holder:\t%s\n", st.Metadata)
 	}
-	if st.Limit > 0 {
-		fmt.Fprintf(w, "permits:\t%d of %d taken\n", len(st.Permits), st.Limit)
+	if st.Limit > 0 || st.Shared {
+		if st.Shared {
+			fmt.Fprintf(w, "shared:\t%d holders\n", len(st.Permits))
+		} else {
+			fmt.Fprintf(w, "permits:\t%d of %d taken\n", len(st.Permits), st.Limit)
+		}
 		for _, p := range st.Permits {
 			holder := p.Metadata
 			if holder == "" {
@@ -192,6 +200,9 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 	}
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
+	if st.Writers > 0 {
+		fmt.Fprintf(w, "writers:\t%d waiting, no new shared holds until they have had it\n", st.Writers)
+	}
 	if len(st.Nodes) > 1 {
 		fmt.Fprintf(w, "nodes:\t%d, quorum %d\n\n", len(st.Nodes), js.Quorum)
 		fmt.Fprintf(w, "  NODE\tHELD\tTTL\tFENCE\tWAITERS\n")

@@ -88,8 +88,8 @@ func configHint(err error) string {
 		return "the Redis user may not run a command, or use a key or channel, that dlock needs: grant it the keys and channels under the prefix (--prefix, default dlock:)"
 	case has("WRONGTYPE"):
 		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
-	case has("is held with limit"):
-		return "every copy that runs under KEY must give the same --limit (without it, 1): KEY is a semaphore of that many permits"
+	case has("is held with limit", "is held with shared holds"):
+		return "every copy that runs under KEY must give the same --limit (without it, 1), or --shared for shared holders: KEY is a semaphore of that many permits, or has shared holders"
 	case has("MOVED", "CROSSSLOT", "ASK "):
 		return "the server is a node of a Redis Cluster, which a plain URL reaches only for the keys of its own slots: add --cluster"
 	case has("DB index"):

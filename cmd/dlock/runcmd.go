@@ -29,6 +29,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	grace := fset.Duration("kill-grace", 5*time.Second, "TERM to KILL")
 	metadata := fset.String("metadata", "", "who holds the lock (default: host, pid and command)")
 	limit := fset.Int("limit", 1, "how many copies may run at once across the fleet")
+	shared := fset.Bool("shared", false, "a shared hold: runs beside other --shared holders, never beside an exclusive one")
 	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
@@ -47,6 +48,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--kill-grace %s is negative", *grace)
 	case *limit < 1:
 		return c.usageError("run", "--limit %d: at least one copy must be allowed to run", *limit)
+	case *shared && flagSet(fset, "limit"):
+		return c.usageError("run", "--shared and --limit do not combine: shared holders have no limit")
 	}
 	if most := maxGrace(*ttl); *grace > most {
 		if flagSet(fset, "kill-grace") {
@@ -73,7 +76,11 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	if len(*metadata) > dlock.MaxMetadata {
 		return c.usageError("run", "--metadata is %d bytes, longer than %d", len(*metadata), dlock.MaxMetadata)
 	}
-	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata), dlock.WithLimit(*limit))
+	how := dlock.WithLimit(*limit)
+	if *shared {
+		how = dlock.WithShared()
+	}
+	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata), how)
 	if lock == nil {
 		return code
 	}

@@ -120,6 +120,11 @@ Flags:
         then a semaphore of N permits. Every host must give the same N; a
         different one is refused (exit 78, naming both). Over several Redis
         URLs a permit needs more nodes than a lock: more than nodes·N/(N+1).
+    --shared
+        A shared hold (a read lock): COMMAND runs beside the other --shared
+        holders of KEY, never beside one without it (an exclusive holder).
+        A copy without --shared that waits for KEY stops new shared holds
+        from starting, so it is not starved. Not with --limit.
 ` + redisFlagsUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
@@ -134,7 +139,7 @@ Exit status:
                    a value of another type at the lock's key, a Cluster node
                    through a plain URL, a database that does not exist, an
                    untrusted TLS certificate; or KEY is held with another
-                   --limit; printed also with -q
+                   --limit (or --shared); printed also with -q
     126, 127       COMMAND could not be executed, or was not found
 
 Examples:
@@ -142,6 +147,7 @@ Examples:
     dlock run --wait 10m --ttl 1m report -- sh -c 'make report && mail-report'
     dlock run --redis rediss://:PASSWORD@redis.internal:6380/2 payout -- ./payout
     dlock run -q nightly -- ./nightly.sh     # silent when another host has it
+    dlock run --shared --wait 1m schema -- ./read-report   # beside other readers
 `,
 	"status": `Usage: dlock status [flags] [--json] [--watch [--interval DURATION]] KEY
 
@@ -154,11 +160,14 @@ It is a snapshot: it proves nothing about ownership.
 Flags:
     --json
         Print JSON for scripts: {"key", "held", "reserved", "ttl_ms", "fence",
-        "waiters", "metadata", "limit", "permits": [{"metadata", "ttl_ms"}],
-        "quorum", "nodes": [{"addr", "held", "reserved", "ttl_ms", "fence",
-        "waiters", "error"}]}. ttl_ms is 0 when the key is not held; metadata
-        is left out when there is none; limit and permits are there for a
-        semaphore (dlock run --limit) that has holders.
+        "waiters", "metadata", "limit", "shared", "writers", "permits":
+        [{"metadata", "ttl_ms"}], "quorum", "nodes": [{"addr", "held",
+        "reserved", "ttl_ms", "fence", "waiters", "error"}]}. ttl_ms is 0 when
+        the key is not held; metadata is left out when there is none; limit
+        and permits are there for a semaphore (dlock run --limit) that has
+        holders, shared and permits for shared holders (dlock run --shared);
+        writers counts the waiting exclusive copies that stop new shared
+        holds from starting, when there are any.
     -w, --watch
         Show the status again every --interval until Ctrl-C (SIGINT) or
         SIGTERM, then exit 0: for watching a stuck job. On a terminal each
