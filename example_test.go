@@ -339,3 +339,71 @@ func ExampleLockFromContext() {
 	// done: <nil>
 	// outside Do: false
 }
+
+func ExampleWithShared() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+	ctx := context.Background()
+
+	// Two readers of the price list hold it at once.
+	r1, err := locker.Acquire(ctx, "example:prices", dlock.WithShared())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r2, err := locker.Acquire(ctx, "example:prices", dlock.WithShared())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("two readers; fences differ:", r1.Fence() != r2.Fence())
+
+	// A writer is an exclusive lock of the same key: it waits for the
+	// readers, and new readers wait for it.
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		err := locker.Do(ctx, "example:prices", func(ctx context.Context) error {
+			fmt.Println("writing, alone")
+			return nil
+		})
+		if err != nil {
+			fmt.Println(err)
+		}
+	}()
+	fmt.Println("readers done")
+	r1.Release(ctx)
+	r2.Release(ctx) // the last reader's release wakes the writer, if it waits
+	<-written
+	// Output:
+	// two readers; fences differ: true
+	// readers done
+	// writing, alone
+}
+
+func ExampleLocker_AcquireAll() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker := dlock.New(client)
+	defer locker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// Move money from account 7 to account 3: both accounts or neither. A
+	// transfer the other way names them in the other order, and the two
+	// never deadlock.
+	locks, err := locker.AcquireAll(ctx, []string{"example:account:7", "example:account:3"})
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer func() {
+		for _, k := range locks {
+			k.Release(context.Background())
+		}
+	}()
+	fmt.Println("holding", locks[0].Key(), "and", locks[1].Key())
+	// Output: holding example:account:7 and example:account:3
+}
