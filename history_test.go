@@ -40,6 +40,7 @@ type record struct {
 	At     int64  `json:"at"`              // Unix ns, the machine's clock
 	Since  int64  `json:"since,omitempty"` // attempt: when Acquire was called
 	Lost   bool   `json:"lost,omitempty"`
+	Shared bool   `json:"shared,omitempty"` // begin: a shared hold (WithShared)
 	Valid  int64  `json:"valid,omitempty"` // end: the lock's ValidUntil, Unix ns
 	Err    string `json:"err,omitempty"`
 	Closed bool   `json:"closed,omitempty"`
@@ -55,6 +56,7 @@ const (
 func historyWorker() int {
 	w, _ := strconv.Atoi(os.Getenv("DLOCK_HISTORY_W"))
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_HISTORY_TTL"))
+	rw := os.Getenv("DLOCK_HISTORY_RW") == "1" // two acquisitions in three shared
 	var clients []redis.UniversalClient
 	for _, a := range strings.Split(os.Getenv("DLOCK_HISTORY_ADDRS"), ",") {
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
@@ -90,7 +92,12 @@ func historyWorker() int {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
 		since := time.Now()
-		k, err := l.Acquire(ctx, historyKey, dlock.WithTTL(ttl))
+		shared := rw && rnd.IntN(3) != 0
+		opts := []dlock.LockOption{dlock.WithTTL(ttl)}
+		if shared {
+			opts = append(opts, dlock.WithShared())
+		}
+		k, err := l.Acquire(ctx, historyKey, opts...)
 		cancel()
 		r := record{Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
 		if err != nil {
@@ -99,7 +106,7 @@ func historyWorker() int {
 			continue
 		}
 		emit(r)
-		emit(record{Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano()})
+		emit(record{Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano(), Shared: shared})
 		// The work: mostly short; one section in ten holds the lock for
 		// 0.5 to 2.5 TTLs, renewed, so that faults hit holders too.
 		work := time.Duration(rnd.IntN(20)) * time.Millisecond
@@ -155,6 +162,7 @@ type historyRun struct {
 	seed    uint64
 	rnd     *rand.Rand
 	ttl     time.Duration
+	rw      bool // workers take shared holds too (see historyWorker)
 	servers []*dlocktest.Server
 	dirs    []string
 	proxies [][]*dlocktest.Proxy // [worker][node]
@@ -182,6 +190,9 @@ func (h *historyRun) startWorker(w int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "DLOCK_HISTORY_WORKER=1", "DLOCK_HISTORY_W="+strconv.Itoa(w),
 		"DLOCK_HISTORY_TTL="+h.ttl.String(), "DLOCK_HISTORY_ADDRS="+strings.Join(addrs, ","))
+	if h.rw {
+		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_RW=1")
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -323,7 +334,8 @@ func (h *historyRun) restart(i int, empty bool) {
 
 // TestHistory runs the history checker on one Redis and on a 5-node
 // Redlock, each for $DLOCK_HISTORY_DURATION (default 30s), with seed
-// $DLOCK_HISTORY_SEED (default random, printed).
+// $DLOCK_HISTORY_SEED (default random, printed); then the read-write
+// scenario (two acquisitions in three shared) on each, for half as long.
 func TestHistory(t *testing.T) {
 	duration := 30 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("DLOCK_HISTORY_DURATION")); err == nil {
@@ -333,16 +345,22 @@ func TestHistory(t *testing.T) {
 	if s, err := strconv.ParseUint(os.Getenv("DLOCK_HISTORY_SEED"), 10, 64); err == nil {
 		seed = s
 	}
-	for _, nodes := range []int{1, 5} {
-		t.Run(fmt.Sprintf("%d node(s)", nodes), func(t *testing.T) {
-			runHistory(t, nodes, 4, duration, seed+uint64(nodes))
-		})
+	for _, rw := range []bool{false, true} {
+		for _, nodes := range []int{1, 5} {
+			name, d := fmt.Sprintf("%d node(s)", nodes), duration
+			if rw {
+				name, d = name+", read-write", duration/2
+			}
+			t.Run(name, func(t *testing.T) {
+				runHistory(t, nodes, 4, d, seed+uint64(nodes), rw)
+			})
+		}
 	}
 }
 
-func runHistory(t *testing.T, nodes, workers int, duration time.Duration, seed uint64) {
+func runHistory(t *testing.T, nodes, workers int, duration time.Duration, seed uint64, rw bool) {
 	t.Logf("seed %d (replay with DLOCK_HISTORY_SEED=%d, for %d node(s))", seed, seed-uint64(nodes), nodes)
-	h := &historyRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, 0)), ttl: time.Second,
+	h := &historyRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, 0)), ttl: time.Second, rw: rw,
 		paused: map[int][]fault{}, killed: map[int][]time.Time{}}
 	for range nodes {
 		dir := t.TempDir()
@@ -397,7 +415,7 @@ func runHistory(t *testing.T, nodes, workers int, duration time.Duration, seed u
 	if path := os.Getenv("DLOCK_HISTORY_SUMMARY"); path != "" {
 		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err == nil {
-			fmt.Fprintf(f, "%d node(s), %s, seed %d: %s\n", nodes, duration, seed-uint64(nodes), sum)
+			fmt.Fprintf(f, "%d node(s), read-write %v, %s, seed %d: %s\n", nodes, rw, duration, seed-uint64(nodes), sum)
 			f.Close()
 		}
 	}
@@ -410,6 +428,7 @@ type section struct {
 	start, end int64
 	lost       bool
 	late       bool // the worker saw the end after its validity (it was slow)
+	shared     bool // a shared hold: it may overlap other shared ones
 }
 
 // check verifies the history, reporting each violation with errorf, and
@@ -435,7 +454,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 				}
 				secs = append(secs, *s)
 			}
-			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At}
+			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At, shared: r.Shared}
 		case "end":
 			if s := open[r.W]; s != nil {
 				// Ownership is guaranteed until ValidUntil; a worker that
@@ -467,8 +486,11 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	}
 	sort.Slice(secs, func(i, j int) bool { return secs[i].start < secs[j].start })
 	violations := 0
+	// fences: every fence given, and whether only shared holds had it
+	// (over a Redlock two shared holds granted at once may share one).
 	fences := map[uint64]bool{}
-	lost, late := 0, 0
+	sharedTwice := len(h.servers) > 1
+	lost, late, shared, sharedOverlaps := 0, 0, 0, 0
 	for i, s := range secs {
 		if s.lost {
 			lost++
@@ -476,25 +498,38 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		if s.late && !h.pausedDuring(s.w, s.start, s.end) {
 			late++ // not paused by the test: the worker was slow
 		}
-		if fences[s.fence] {
+		if s.shared {
+			shared++
+		}
+		if onlyShared, ok := fences[s.fence]; ok && !(sharedTwice && onlyShared && s.shared) {
 			violations++
 			errorf("fence %d issued twice", s.fence)
 		}
-		fences[s.fence] = true
+		if onlyShared, ok := fences[s.fence]; !ok || onlyShared {
+			fences[s.fence] = s.shared
+		}
 		if i == 0 {
 			continue
 		}
+		// Fences follow the order of the sections, except between shared
+		// holds (granted at once, recorded in any order).
 		p := secs[i-1]
-		if s.fence <= p.fence {
+		if s.fence <= p.fence && !(s.shared && p.shared) {
 			violations++
 			errorf("fence %d (worker %d) after fence %d (worker %d)", s.fence, s.w, p.fence, p.w)
 		}
-		// Overlap: allowed only when the earlier holder was paused when
-		// the later one began (a paused process cannot be excluded; the
-		// fences then tell them apart).
-		for j := i - 1; j >= 0 && j >= i-8; j-- {
+		// Overlap, of sections one of which is exclusive: allowed only
+		// when the earlier holder was paused when the later one began (a
+		// paused process cannot be excluded; the fences then tell them
+		// apart).
+		overlapped := false
+		for j := i - 1; j >= 0 && j >= i-32; j-- {
 			q := secs[j]
-			if q.end > s.start && !h.pausedDuring(q.w, s.start, s.start) {
+			if q.end > s.start && q.shared && s.shared && !overlapped {
+				overlapped = true
+				sharedOverlaps++
+			}
+			if q.end > s.start && !(q.shared && s.shared) && !h.pausedDuring(q.w, s.start, s.start) {
 				violations++
 				errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
 					q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
@@ -512,6 +547,10 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 			errorf("no holder for %s between fence %d and %d, with workers waiting and no fault to explain it", gap, secs[i-1].fence, secs[i].fence)
 		}
 	}
+	if h.rw && sharedOverlaps == 0 {
+		violations++
+		errorf("no two shared sections overlapped: the shared holds were exclusive")
+	}
 	kinds := map[string]int{}
 	for _, f := range h.faults {
 		kinds[f.kind]++
@@ -526,8 +565,8 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
-		len(secs), lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
+		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
 		worst.Round(time.Millisecond), violations)
 }
 
@@ -588,6 +627,11 @@ func TestHistoryChecker(t *testing.T) {
 	sec := func(w int, fence uint64, from, to int) []record {
 		return []record{{W: w, Kind: "begin", Fence: fence, At: at(from)}, {W: w, Kind: "end", Fence: fence, At: at(to), Valid: at(to + 1000)}}
 	}
+	shared := func(w int, fence uint64, from, to int) []record {
+		rs := sec(w, fence, from, to)
+		rs[0].Shared = true
+		return rs
+	}
 	for _, tc := range []struct {
 		name   string
 		recs   [][]record
@@ -599,6 +643,10 @@ func TestHistoryChecker(t *testing.T) {
 		{"fence backwards", [][]record{sec(0, 5, 0, 10), sec(1, 4, 20, 30)}, nil, 1},
 		{"fence twice", [][]record{sec(0, 5, 0, 10), sec(1, 5, 20, 30)}, nil, 2}, // twice, and not increasing
 		{"gap", [][]record{sec(0, 1, 0, 10), sec(1, 2, 5000, 5010)}, nil, 1},
+		{"shared overlap", [][]record{shared(0, 2, 0, 30), shared(1, 1, 20, 40), sec(2, 3, 50, 60)}, nil, 0},
+		{"exclusive inside shared", [][]record{shared(0, 1, 0, 30), sec(1, 2, 20, 40)}, nil, 1},
+		{"shared inside exclusive", [][]record{sec(0, 1, 0, 30), shared(1, 2, 20, 40)}, nil, 1},
+		{"shared fence twice on one node", [][]record{shared(0, 1, 0, 30), shared(1, 1, 20, 40)}, nil, 1},
 		{"paused holder", [][]record{sec(0, 1, 0, 3000), sec(1, 2, 2000, 2010)},
 			map[int][]fault{0: {{start: base.Add(100 * time.Millisecond), end: base.Add(2500 * time.Millisecond)}}}, 0},
 	} {
