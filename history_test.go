@@ -335,7 +335,7 @@ func (h *historyRun) restart(i int, empty bool) {
 // TestHistory runs the history checker on one Redis and on a 5-node
 // Redlock, each for $DLOCK_HISTORY_DURATION (default 30s), with seed
 // $DLOCK_HISTORY_SEED (default random, printed); then the read-write
-// scenario (two acquisitions in three shared) on each, for half as long.
+// scenario (two acquisitions in three shared) on each, for a third as long.
 func TestHistory(t *testing.T) {
 	duration := 30 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("DLOCK_HISTORY_DURATION")); err == nil {
@@ -349,7 +349,7 @@ func TestHistory(t *testing.T) {
 		for _, nodes := range []int{1, 5} {
 			name, d := fmt.Sprintf("%d node(s)", nodes), duration
 			if rw {
-				name, d = name+", read-write", duration/2
+				name, d = name+", read-write", duration/3
 			}
 			t.Run(name, func(t *testing.T) {
 				runHistory(t, nodes, 4, d, seed+uint64(nodes), rw)
