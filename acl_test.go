@@ -369,6 +369,32 @@ func TestACLEveryFeature(t *testing.T) {
 		}
 	})
 
+	t.Run("shared", func(t *testing.T) {
+		r1, err := a.TryAcquire(ctx(t), "rw", dlock.WithShared(), dlock.WithMetadata("reader"))
+		aclNoErr(t, "TryAcquire of a shared hold", err)
+		got := acquireAsync(t, b, "rw")
+		waitFor(t, func() bool { return admin.ZCard(ctx(t), "dlock:{rw}:writers").Val() == 1 }, "the writer's intent")
+		st, err := a.Status(ctx(t), "rw")
+		aclNoErr(t, "Status of shared holds", err)
+		if !st.Shared || st.Writers != 1 {
+			t.Errorf("Status of shared holds with a writer waiting: %+v", st)
+		}
+		aclNoErr(t, "Release of a shared hold", r1.Release(ctx(t)))
+		select {
+		case k := <-got:
+			if k == nil {
+				t.FailNow()
+			}
+			ks, err := a.AcquireAll(ctx(t), []string{"rw-2", "rw-1"}, dlock.WithShared())
+			aclNoErr(t, "AcquireAll", err)
+			for _, h := range append(ks, k) {
+				aclNoErr(t, "Release", h.Release(ctx(t)))
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("the writer was not woken by the last shared release")
+		}
+	})
+
 	t.Run("semaphore", func(t *testing.T) {
 		var held []*dlock.Lock
 		for i := range 2 {

@@ -238,6 +238,28 @@
 // holders on {1,2}, {2,3} and {1,3}). That leaves fewer masters that may fail
 // as n grows: see WithLimit.
 //
+// # Shared holds and several keys
+//
+// With [WithShared] an acquisition is a shared (read) hold: the permits of a
+// semaphore without a limit (the key's sorted set, "dlock:{K}:limit" "0"),
+// which a plain lock of the key (the writer) excludes and is excluded by. A
+// waiting writer keeps an intent in "dlock:{K}:writers", which it renews on
+// every attempt and which ends one TTL (its own) after its last one; a
+// shared acquisition that came after it waits. Releases wake as for a lock,
+// except that a shared release wakes nobody while other shared holds remain,
+// and a release that wakes a shared waiter wakes every shared waiter queued
+// after it up to the next writer, each with a reservation. A shared hold
+// needs a majority, as a lock. Fences: on one Redis every hold's fence is
+// its own; over NewRedlock two shared holds granted at once may get the same
+// fence (as two permits may), a writer's never. In each case a writer's
+// fence is larger than that of every hold that ended before it began, and a
+// shared hold's larger than that of every writer that ended before it
+// began.
+//
+// [Locker.AcquireAll] takes several keys, every one or none, in the byte
+// order of their names (so that no two calls deadlock), after a first
+// attempt at all of them at once; see it for what it holds while it waits.
+//
 // # Observability
 //
 // A [Hook] ([WithHook]) is told of every acquisition (a Start, then its
