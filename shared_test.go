@@ -218,9 +218,10 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	}
 }
 
-// TestSharedDeadHolder: a shared holder that dies without releasing blocks
-// a writer until its TTL runs out, not longer, and its Lost fires first.
-func TestSharedDeadHolder(t *testing.T) {
+// behindProxy starts a redis-server and returns it, a fault proxy in front
+// of it and a client through the proxy.
+func behindProxy(t *testing.T) (*dlocktest.Server, *dlocktest.Proxy, *redis.Client) {
+	t.Helper()
 	s := dlocktest.Start(t)
 	p, err := dlocktest.NewProxy(s.Addr())
 	if err != nil {
@@ -229,6 +230,13 @@ func TestSharedDeadHolder(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { pc.Close() })
+	return s, p, pc
+}
+
+// TestSharedDeadHolder: a shared holder that dies without releasing blocks
+// a writer until its TTL runs out, not longer, and its Lost fires first.
+func TestSharedDeadHolder(t *testing.T) {
+	s, p, pc := behindProxy(t)
 	dying := newLocker(t, pc)
 	writer := newLocker(t, s.Client())
 	const ttl = 1500 * time.Millisecond
@@ -259,14 +267,7 @@ func TestSharedDeadHolder(t *testing.T) {
 // process dead) stops blocking new shared holds one TTL (its own) after its
 // last attempt.
 func TestSharedDeadWriter(t *testing.T) {
-	s := dlocktest.Start(t)
-	p, err := dlocktest.NewProxy(s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { pc.Close() })
+	s, p, pc := behindProxy(t)
 	readers := newLocker(t, s.Client())
 	dying := newLocker(t, pc)
 	r1, err := readers.Acquire(ctx(t), "dead-writer", dlock.WithShared())
