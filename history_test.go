@@ -41,7 +41,7 @@ type record struct {
 	Since  int64  `json:"since,omitempty"` // attempt: when Acquire was called
 	Lost   bool   `json:"lost,omitempty"`
 	Shared bool   `json:"shared,omitempty"` // begin: a shared hold (WithShared)
-	Valid  int64  `json:"valid,omitempty"` // end: the lock's ValidUntil, Unix ns
+	Valid  int64  `json:"valid,omitempty"`  // end: the lock's ValidUntil, Unix ns
 	Err    string `json:"err,omitempty"`
 	Closed bool   `json:"closed,omitempty"`
 }

@@ -50,7 +50,7 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...LockOpti
 	for _, i := range order[next:] {
 		if k := tries[i].k; k != nil {
 			extra = append(extra, k)
-		} else if final(tries[i].err) {
+		} else if final(ctx, tries[i].err) {
 			return nil, giveBackAll(ctx, append(extra, takenIn(tries, order)...), tries[i].err)
 		}
 	}
@@ -135,12 +135,9 @@ func (l *Locker) tryAll(ctx context.Context, keys []string, opts []LockOption) [
 
 // final reports whether a failed first attempt ends AcquireAll: waiting
 // cannot change it (as for Acquire: misconfigured, closed, invalid, or
-// ctx ended).
-func final(err error) bool {
-	if errors.Is(err, ErrMisconfigured) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) {
-		return true
-	}
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+// ctx ended; a node's own timeout is not one: Acquire tries again).
+func final(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, ErrMisconfigured) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid)
 }
 
 // takenIn returns the locks of tries at the indexes in order that were

@@ -232,3 +232,27 @@ func TestAcquireAllClosed(t *testing.T) {
 		t.Errorf("AcquireAll on a closed Locker: %v", err)
 	}
 }
+
+// TestAcquireAllWaitsForFrozenRedis: a Redis that does not answer the first
+// attempt (a node timeout, not the caller's deadline) is waited for, as
+// Acquire waits: AcquireAll gets the keys once it is back.
+func TestAcquireAllWaitsForFrozenRedis(t *testing.T) {
+	l, s, _ := single(t)
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	thawed := make(chan struct{})
+	go func() {
+		defer close(thawed)
+		time.Sleep(time.Second) // the fault's length, not a synchronisation
+		_ = s.Thaw()
+	}()
+	ks, err := l.AcquireAll(ctxTimeout(t, 20*time.Second), []string{"fz-b", "fz-a"}, dlock.WithTTL(time.Second))
+	<-thawed
+	if err != nil {
+		t.Fatalf("AcquireAll with Redis frozen for 1s: %v", err)
+	}
+	for _, k := range ks {
+		_ = k.Release(ctx(t))
+	}
+}

@@ -240,7 +240,11 @@ func WithLimit(n int) LockOption {
 // holder does; a writer that waits renews its claim on every attempt (at
 // least every third of its TTL while shared holds block it), and one that
 // died or froze stops blocking new shared holds one TTL (its own) after
-// its last attempt. WithShared with WithLimit, or in Campaign, is an error
+// its last attempt; one that gives up (its ctx ended) lets them in at once.
+// A shared holder that asks for the same key without WithShared (an
+// upgrade, which sync.RWMutex has not either) waits for itself: it waits
+// until its ctx ends, and new shared holds wait as long. WithShared with
+// WithLimit, or in Campaign, is an error
 // wrapping ErrInvalid; a shared acquisition of a key held as a semaphore,
 // or the other way round, is refused as a limit mismatch (see WithLimit).
 func WithShared() LockOption {

@@ -298,6 +298,40 @@ func TestSharedDeadWriter(t *testing.T) {
 	_ = r1.Release(ctx(t))
 }
 
+// TestSharedWriterGivesUp: a waiting writer that gives up lets in, at once,
+// the readers its intent kept out (its TTL of 20s does not time them).
+func TestSharedWriterGivesUp(t *testing.T) {
+	s := dlocktest.Start(t)
+	a, w, r := newLocker(t, s.Client()), newLocker(t, s.Client()), newLocker(t, s.Client())
+	h, err := a.Acquire(ctx(t), "gives-up", dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx(t))
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _, _ = w.Acquire(wctx, "gives-up", dlock.WithTTL(20*time.Second)) }()
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), "gives-up"); return st.Writers == 1 }, "the writer's intent")
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		k, err := r.Acquire(ctx(t), "gives-up", dlock.WithShared())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k
+	}()
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), "gives-up"); return st.Waiters == 2 }, "the reader queued")
+	cancel()
+	<-wdone
+	select {
+	case k := <-got:
+		_ = k.Release(ctx(t))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader still waits 5s after the writer gave up")
+	}
+}
+
 // TestSharedWakeups: the last shared release wakes the waiting writer, and
 // an exclusive release wakes every reader queued before the next writer,
 // at once; with a TTL of 30s, neither is a timer's doing.
@@ -359,7 +393,7 @@ func TestSharedWakeups(t *testing.T) {
 		}
 		w2ch <- k
 	}()
-	waitFor(t, func() bool { st, _ := holder.Status(ctx(t), "wake"); return st.Writers == 1 && st.Waiters == 5 }, "the state in Redis")
+	waitFor(t, func() bool { st, _ := holder.Status(ctx(t), "wake"); return st.Waiters == 5 }, "the state in Redis")
 	_ = w.Release(ctx(t))
 	var rs []*dlock.Lock
 	deadline := time.After(5 * time.Second)

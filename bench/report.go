@@ -32,6 +32,8 @@ type Report struct {
 	Uncontended64  [][]UncontendedResult
 	Contended      []ContendedConfig
 	Semaphore      []ContendedResult // dlock with WithLimit(4), W=32, one per repetition
+	ReadWrite      []ReadWriteResult // shared readers + one writer, one per repetition
+	Multi          [][]MultiResult   // [repetition][variant]: AcquireAll, then the baseline
 	Idle           [][]IdleResult
 	IdleLong       []IdleResult // dlock's configurations only, one run each
 	RedlockHealthy [][]LatencyResult
@@ -367,6 +369,14 @@ func scale(v []float64, k float64) []float64 {
 	return out
 }
 
+// repetitions is "1 repetition" or "n repetitions".
+func repetitions(n int) string {
+	if n == 1 {
+		return "1 repetition"
+	}
+	return fmt.Sprintf("%d repetitions", n)
+}
+
 // Markdown renders the report.
 func (r *Report) Markdown(charts bool) string {
 	var b strings.Builder
@@ -490,6 +500,62 @@ func (r *Report) Markdown(charts bool) string {
 			num(med(func(x ContendedResult) float64 { return float64(x.Violations) })),
 			num(med(func(x ContendedResult) float64 { return float64(x.Errors) })))
 		w("%s\n", t)
+	}
+
+	if len(r.ReadWrite) > 0 {
+		x := r.ReadWrite[0]
+		w("## Shared holds: %d readers, 1 writer, hold %s\n\n", x.Readers, x.Hold)
+		w("One key (%s; no peer has shared holds): %d reader processes each loop `Acquire(WithShared())`, hold %s (a sleep), `Release`; one writer process loops a plain (exclusive) `Acquire`, hold %s, `Release`; measured over %s after a warm-up, %s, medians. Reported, no target. Reads/s and writes/s: holds completed (Release returned) in the window. Writer wait: the writer's Acquire, call → return (a waiting writer stops new shared holds, so it waits for the shared holds in progress to end). Round trips: commands all clients sent per hold (reads + writes); commands: all commands Redis ran per hold, those inside scripts included (INFO commandstats).\n\n",
+			x.Lib, x.Readers, x.Hold, x.Hold, x.Window, repetitions(len(r.ReadWrite)))
+		med := func(f func(ReadWriteResult) float64) float64 {
+			var v []float64
+			for _, x := range r.ReadWrite {
+				v = append(v, f(x))
+			}
+			return median(v)
+		}
+		t := table{head: []string{"library", "reads/s", "writes/s", "writer wait p50", "writer wait p99", "reader wait p50", "reader wait p99", "round trips/hold", "commands/hold", "violations", "errors"}}
+		t.add(x.Lib, num(med(func(x ReadWriteResult) float64 { return x.ReadsPerSec })),
+			num(med(func(x ReadWriteResult) float64 { return x.WritesPerSec })),
+			ms(med(func(x ReadWriteResult) float64 { return float64(x.WriterWaitP50) })),
+			ms(med(func(x ReadWriteResult) float64 { return float64(x.WriterWaitP99) })),
+			ms(med(func(x ReadWriteResult) float64 { return float64(x.ReaderWaitP50) })),
+			ms(med(func(x ReadWriteResult) float64 { return float64(x.ReaderWaitP99) })),
+			num(med(func(x ReadWriteResult) float64 { return x.RoundTrips })),
+			num(med(func(x ReadWriteResult) float64 { return x.Commands })),
+			num(med(func(x ReadWriteResult) float64 { return float64(x.Violations) })),
+			num(med(func(x ReadWriteResult) float64 { return float64(x.Errors) })))
+		w("%s\n", t)
+	}
+
+	if len(r.Multi) > 0 && len(r.Multi[0]) > 0 {
+		x := r.Multi[0][0]
+		w("## Two keys at once: AcquireAll vs sorted Acquires, %d workers, %d of %d keys, hold %s\n\n", x.Workers, x.PerOp, x.Keys, x.Hold)
+		w("dlock-ctx; %d worker goroutines spread over %d processes each loop: pick %d distinct keys of %d at random (in random order), lock them all, hold %s (a sleep), release them one after the other. *%s*: one `AcquireAll` call; *%s*: the baseline written by hand, the keys sorted by name and taken with one `Acquire` each, in that order. The variants run interleaved, %s, medians; the ratio is AcquireAll / baseline in the same repetition. Reported, no target. Wait: from the call to holding every key. Round trips and commands per acquisition (of all the keys), releases included.\n\n",
+			x.Workers, x.Processes, x.PerOp, x.Keys, x.Hold, MultiAcquireAll, MultiOrdered, repetitions(len(r.Multi)))
+		vname := func(x MultiResult) string { return string(x.Variant) }
+		t := table{head: []string{"variant", "acq/s", "wait p50", "wait p99", "round trips/acq", "commands/acq", "violations", "errors"}}
+		for _, v := range []MultiVariant{MultiAcquireAll, MultiOrdered} {
+			g := func(f func(MultiResult) float64) float64 { return median(pick(r.Multi, vname, string(v), f)) }
+			t.add(string(v), num(g(func(x MultiResult) float64 { return x.AcqPerSec })),
+				ms(g(func(x MultiResult) float64 { return float64(x.WaitP50) })),
+				ms(g(func(x MultiResult) float64 { return float64(x.WaitP99) })),
+				num(g(func(x MultiResult) float64 { return x.RoundTrips })),
+				num(g(func(x MultiResult) float64 { return x.Commands })),
+				num(g(func(x MultiResult) float64 { return float64(x.Violations) })),
+				num(g(func(x MultiResult) float64 { return float64(x.Errors) })))
+		}
+		ratio := func(f func(MultiResult) float64) []float64 {
+			return ratios(pick(r.Multi, vname, string(MultiAcquireAll), f), pick(r.Multi, vname, string(MultiOrdered), f))
+		}
+		acqR := ratio(func(x MultiResult) float64 { return x.AcqPerSec })
+		p99R := ratio(func(x MultiResult) float64 { return float64(x.WaitP99) })
+		rx := func(v []float64) string { return fmt.Sprintf("%.2f×", median(v)) }
+		t.add("ratio AcquireAll / baseline", rx(acqR),
+			rx(ratio(func(x MultiResult) float64 { return float64(x.WaitP50) })), rx(p99R),
+			rx(ratio(func(x MultiResult) float64 { return x.RoundTrips })),
+			rx(ratio(func(x MultiResult) float64 { return x.Commands })), "–", "–")
+		w("%s\nAcquireAll / baseline per repetition: acq/s %s; wait p99 %s.\n\n", t, fmtRatios(acqR), fmtRatios(p99R))
 	}
 
 	if len(r.Idle) > 0 {

@@ -94,8 +94,9 @@
 -- woke) or a live hold of its own is granted whatever the intents. An
 -- exclusive acquisition of a shared key waits while any hold or reservation
 -- is live, its pttl then at most a third of its TTL, so that it renews its
--- intent (refreshed on every failed attempt of an exclusive waiter) before
--- the intent ends; once they all expired, the set is deleted and the lock
+-- intent (written by every such failed attempt of an exclusive waiter, and
+-- only by those: a waiter for a plain lock writes none) before the intent
+-- ends; once they all expired, the set is deleted and the lock
 -- taken. A shared hold on a lock (a string: its holder, or a reservation)
 -- waits as for a lock; a shared hold on a semaphore, or the other way
 -- round, is refused as a limit mismatch ("0" names the shared holds).
@@ -268,15 +269,16 @@ local function done(c, own, last, now)
     redis.call('HDEL', KEYS[4], waiter)
   end
   if waiter ~= '' and exclusive then
-    redis.call('ZREM', KEYS[8], waiter)
+    redis.pcall('ZREM', KEYS[8], waiter) -- a writers key of another type: left alone
   end
   return {1, fence}
 end
--- busy registers the waiter, if any, and returns the failure reply.
-local function busy(pttl)
+-- busy registers the waiter, if any, and returns the failure reply; with
+-- intent, an exclusive waiter's intent too (see "Shared holds").
+local function busy(pttl, intent)
   local pos = ARGV[8] or '0'
   if waiter ~= '' then
-    if exclusive then
+    if intent then
       local refused = refuseWrongTypes(true, false)
       if refused then
         return refused
@@ -287,7 +289,7 @@ local function busy(pttl)
       return refused
     end
     pos = p
-    if exclusive then
+    if intent then
       intend()
     end
   end
@@ -330,7 +332,7 @@ local function onSet(err)
   local now = clock()
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   if last and tonumber(last) > now then
-    return busy(math.max(math.min(tonumber(last) - now, math.floor(tonumber(ARGV[2]) / 3)), 1))
+    return busy(math.max(math.min(tonumber(last) - now, math.floor(tonumber(ARGV[2]) / 3)), 1), true)
   end
   local c, bad = grantable()
   if bad then

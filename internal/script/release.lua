@@ -54,6 +54,10 @@
 -- release), each with a reservation "~WAITER" in the key's sorted set; the
 -- stand-in is the waiter after them. A semaphore's release wakes one waiter,
 -- whatever it waits for.
+-- A leaving writer (ARGV[4]) whose intent kept shared waiters out wakes the
+-- shared waiters at the head of the queue when no exclusive hold keeps
+-- them out; a writer's registration dropped on the way (dead, or heard by
+-- nobody) takes its intent with it.
 -- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
 -- closed its Locker or died: the server dropped the subscription with the
 -- connection) is passed over, for the woken waiter and for the stand-in
@@ -67,49 +71,6 @@ local function clock()
   end
   return now
 end
-if ARGV[8] ~= '0' then
-  -- The tombstone first, whatever the lock holds: the command it refuses
-  -- may come later still. Expired ones are dropped on the way.
-  local ty = redis.call('TYPE', KEYS[6])['ok']
-  if ty ~= 'zset' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[6] .. ' holds another type')
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', clock())
-  redis.call('ZADD', KEYS[6], clock() + tonumber(ARGV[8]), ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[6], last)
-end
-if ARGV[4] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('HDEL', KEYS[3], ARGV[4])
-  redis.call('ZREM', KEYS[8], ARGV[4])
-end
-local v = redis.pcall('GET', KEYS[1])
-local sem = type(v) == 'table'
-local shared = false -- the key's permits are shared holds
-if sem then
-  -- A semaphore's permits.
-  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
-    return 0
-  end
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if not s then
-    return 0
-  end
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  shared = redis.call('GET', KEYS[5]) == '0'
-  if tonumber(s) <= clock() then
-    return 0 -- it had expired
-  end
-elseif v ~= ARGV[1] then
-  return 0
-end
-if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[4], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
-elseif ARGV[6] ~= '0' then
-  redis.call('DEL', KEYS[4]) -- a lock's holder is its only entry
-end
-
 local function inbox(w)
   return ARGV[2] .. string.match(w, '^[^:]*')
 end
@@ -126,13 +87,83 @@ end
 local function reader(w)
   return string.find(w, '^[^:]*:r') ~= nil
 end
--- pop removes waiter w from the queue and wakes it; it reports whether its
+-- pop removes waiter w's lease (and its intent, if a writer's: a dead one
+-- must not keep readers out) and wakes it; it reports whether its
 -- registration was live and heard of it.
 local function pop(w)
   local ok = live(w)
   redis.call('HDEL', KEYS[3], w)
-  return ok and tell(w, 'w')
+  local heard = ok and tell(w, 'w')
+  if not heard then
+    redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
+  end
+  return heard
 end
+-- wakeReaders wakes the shared waiters at the head of the queue, up to the
+-- next writer: after a writer's intent went, they may no longer wait.
+local function wakeReaders()
+  for _ = 1, 101 do
+    local w = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not w or not reader(w) then
+      break
+    end
+    redis.call('ZREM', KEYS[2], w)
+    pop(w)
+  end
+end
+if ARGV[8] ~= '0' then
+  -- The tombstone first, whatever the lock holds: the command it refuses
+  -- may come later still. Expired ones are dropped on the way.
+  local ty = redis.call('TYPE', KEYS[6])['ok']
+  if ty ~= 'zset' and ty ~= 'none' then
+    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[6] .. ' holds another type')
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', clock())
+  redis.call('ZADD', KEYS[6], clock() + tonumber(ARGV[8]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[6], last)
+end
+-- intentGone: the leaving waiter was a writer whose intent kept readers out.
+local intentGone = false
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('HDEL', KEYS[3], ARGV[4])
+  intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
+end
+local v = redis.pcall('GET', KEYS[1])
+local sem = type(v) == 'table'
+local shared = false -- the key's permits are shared holds
+-- nothing is the reply when ARGV[1] held nothing; readers that a leaving
+-- writer's intent kept out are woken if no exclusive hold keeps them out.
+local function nothing()
+  if intentGone and type(v) ~= 'string' then
+    wakeReaders()
+  end
+  return 0
+end
+if sem then
+  -- A semaphore's permits.
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+    return 0
+  end
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if not s then
+    return nothing()
+  end
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  shared = redis.call('GET', KEYS[5]) == '0'
+  if tonumber(s) <= clock() then
+    return nothing() -- it had expired
+  end
+elseif v ~= ARGV[1] then
+  return nothing()
+end
+if ARGV[6] ~= '0' and sem then
+  redis.pcall('HDEL', KEYS[4], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
+elseif ARGV[6] ~= '0' then
+  redis.call('DEL', KEYS[4]) -- a lock's holder is its only entry
+end
+
 
 -- The woken waiter: the first live registration that hears of it. At most
 -- 16 are looked at (and dropped) per release; later releases go on.
@@ -230,6 +261,7 @@ if nxt then
     end
     redis.call('ZREM', KEYS[2], after)
     redis.call('HDEL', KEYS[3], after)
+    redis.pcall('ZREM', KEYS[8], after)
   end
 end
 return 1

@@ -32,7 +32,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run, to check that everything works (not to judge speed)")
 	reps := flag.Int("reps", 0, "repetitions of each scenario (default 5, 1 with -quick)")
 	out := flag.String("out", "", "directory to write benchmarks.md and the SVG charts into (default: none)")
-	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, idle, allocs, redlock (for a look while working; the report then has gaps, and nothing is written)")
+	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, rw, multi, idle, allocs, redlock (for a look while working; the report then has gaps, and nothing is written)")
 	flag.Parse()
 	if *only != "" {
 		for _, g := range strings.Split(*only, ",") {
@@ -67,6 +67,11 @@ type settings struct {
 	workers           []int
 	idleWaiters       int
 	uncontendedGorout []int
+	// The shared-hold (rw) and AcquireAll (multi) scenarios: dlock only.
+	rwWarm, rwDur       time.Duration
+	rwReps              int
+	multiWarm, multiDur time.Duration
+	multiReps           int
 }
 
 func run(quick bool, reps int, out string) error {
@@ -75,6 +80,8 @@ func run(quick bool, reps int, out string) error {
 		idleSettle: time.Second, idle: 5 * time.Second, idleLong: 60 * time.Second,
 		latWarm: 200 * time.Millisecond, latDur: 2 * time.Second,
 		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
+		rwWarm: 300 * time.Millisecond, rwDur: 5 * time.Second, rwReps: 1,
+		multiWarm: 300 * time.Millisecond, multiDur: 2 * time.Second, multiReps: 3,
 	}
 	if quick {
 		s = settings{
@@ -82,11 +89,15 @@ func run(quick bool, reps int, out string) error {
 			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond, idleLong: time.Second,
 			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
 			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
+			rwWarm: 100 * time.Millisecond, rwDur: 2 * time.Second, rwReps: 1,
+			multiWarm: 100 * time.Millisecond, multiDur: time.Second, multiReps: 1,
 		}
 	}
 	if reps > 0 {
 		s.reps = reps
 		s.idleReps = min(reps, s.idleReps)
+		s.rwReps = min(reps, s.rwReps)
+		s.multiReps = min(reps, s.multiReps)
 	}
 	if err := flag.Set("test.benchtime", s.benchtime); err != nil {
 		return err
@@ -130,8 +141,9 @@ func run(quick bool, reps int, out string) error {
 		Reps:         s.reps,
 		Libraries:    libs,
 		NodeTimeout:  time.Second, // dlock's default: TTL/5, at most 1s
-		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s",
-			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime),
+		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s; shared holds: %s warm-up, %s measured (%s); AcquireAll: %s warm-up, %s measured per variant (%s)",
+			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime,
+			s.rwWarm, s.rwDur, repetitions(s.rwReps), s.multiWarm, s.multiDur, repetitions(s.multiReps)),
 	}
 	log := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
@@ -205,6 +217,42 @@ func run(quick bool, reps int, out string) error {
 			r.Semaphore = append(r.Semaphore, res)
 			flush()
 		}
+	}
+
+	// 2c. Shared holds (dlock only): 8 readers with WithShared, 1 writer,
+	// one key, hold 1ms.
+	for rep := 0; rep < s.rwReps && want("rw"); rep++ {
+		res, err := bench.ReadWrite(srv, 8, time.Millisecond, s.rwWarm, s.rwDur)
+		if err != nil {
+			return err
+		}
+		log("rw 8 readers + 1 writer rep %d %7.0f reads/s %5.0f writes/s writer wait p50 %v p99 %v rt/hold %.2f cmds/hold %.2f viol %d err %d",
+			rep+1, res.ReadsPerSec, res.WritesPerSec, res.WriterWaitP50, res.WriterWaitP99, res.RoundTrips, res.Commands, res.Violations, res.Errors)
+		if res.FirstError != "" {
+			log("rw first error: %s", res.FirstError)
+		}
+		r.ReadWrite = append(r.ReadWrite, res)
+		flush()
+	}
+
+	// 2d. Two keys of 8 at once (dlock only): AcquireAll against sorted
+	// Acquires, 16 workers over 4 processes, hold 1ms, interleaved.
+	for rep := 0; rep < s.multiReps && want("multi"); rep++ {
+		var row []bench.MultiResult
+		for _, v := range []bench.MultiVariant{bench.MultiAcquireAll, bench.MultiOrdered} {
+			res, err := bench.Multi(srv, v, 16, 4, 8, 2, time.Millisecond, s.multiWarm, s.multiDur)
+			if err != nil {
+				return err
+			}
+			log("multi 16 workers 2 of 8 keys rep %d %-18s %7.0f acq/s wait p50 %v p99 %v rt %.2f cmds %.2f viol %d err %d",
+				rep+1, v, res.AcqPerSec, res.WaitP50, res.WaitP99, res.RoundTrips, res.Commands, res.Violations, res.Errors)
+			if res.FirstError != "" {
+				log("multi %s first error: %s", v, res.FirstError)
+			}
+			row = append(row, res)
+			flush()
+		}
+		r.Multi = append(r.Multi, row)
 	}
 
 	// 3. Idle waiting.
@@ -337,6 +385,14 @@ func report(r *bench.Report, out string) error {
 		}
 	}
 	return nil
+}
+
+// repetitions is "1 repetition" or "n repetitions".
+func repetitions(n int) string {
+	if n == 1 {
+		return "1 repetition"
+	}
+	return fmt.Sprintf("%d repetitions", n)
 }
 
 func machine() string {
