@@ -237,10 +237,10 @@ func WithLimit(n int) LockOption {
 // wakes the waiting writer; an exclusive release wakes every shared waiter
 // queued before the next exclusive one, at once. A shared holder that died
 // without releasing blocks a writer until its TTL runs out, as a lock's
-// holder does; a writer that waits renews its claim on every attempt (at
-// least every third of its TTL while shared holds block it), and one that
-// died or froze stops blocking new shared holds one TTL (its own) after
-// its last attempt; one that gives up (its ctx ended) lets them in at once.
+// holder does; a writer that shared holds keep waiting claims the key on
+// every attempt (at least every third of its TTL), and one that died or
+// froze stops blocking new shared holds one TTL (its own) after its last
+// attempt; one that gives up (its ctx ended) lets them in at once.
 // A shared holder that asks for the same key without WithShared (an
 // upgrade, which sync.RWMutex has not either) waits for itself: it waits
 // until its ctx ends, and new shared holds wait as long. WithShared with
