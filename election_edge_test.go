@@ -28,6 +28,7 @@ func TestElectionEdgeCampaignWithLimit(t *testing.T) {
 // An observer that reads the election while one node of the leader's bare
 // quorum is slow reports a vacancy, and never reports the same leader again.
 func TestElectionEdgeObserverStuckVacant(t *testing.T) {
+	t.Parallel() // mostly waiting: beside the other waiting tests
 	l, servers, clients := redlock(t, 3)
 	ctx := ctxTimeout(t, 60*time.Second)
 	// Node 3 is held by someone else (a contender's leftover, or the leader
@@ -109,6 +110,7 @@ func TestElectionEdgeSemaphoreMetadataTTL(t *testing.T) {
 // contenders there) is emitted a second time, under another term than its
 // fence; its resignation "V fence" is then ignored.
 func TestElectionEdgeObserverSameLeaderTwice(t *testing.T) {
+	t.Parallel() // mostly waiting: beside the other waiting tests
 	l, servers, clients := redlock(t, 3)
 	ctx := ctxTimeout(t, 60*time.Second)
 	if err := clients[2].Set(ctx, "dlock:{el}", "foreign", time.Minute).Err(); err != nil {

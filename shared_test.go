@@ -544,6 +544,7 @@ func TestSharedExtendAndCancel(t *testing.T) {
 // waiting for that writer, with the default TTL, cost each at most 0.2
 // commands/s while nothing happens (the holder's renewals apart).
 func TestSharedIdleWaiters(t *testing.T) {
+	t.Parallel() // mostly waiting: beside the other waiting tests
 	if testing.Short() {
 		t.Skip("takes 12s")
 	}
