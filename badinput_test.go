@@ -130,6 +130,10 @@ func TestBadInputs(t *testing.T) {
 		{"L27", func() error { _, err := good.Acquire(ended, "k"); return err }, dlock.ErrNotAcquired, "context canceled"},
 		{"L28", func() error { return try(closed, "k") }, dlock.ErrClosed, "locker closed"},
 		{"L29", func() error { return try(good, "foreign") }, dlock.ErrMisconfigured, "holds a value without expiry, which dlock did not write"},
+		{"L30", func() error { return try(good, "k", dlock.WithShared(), dlock.WithLimit(3)) }, dlock.ErrInvalid, "WithShared and WithLimit(3) do not combine"},
+		{"L31", func() error { _, err := good.Campaign(ctx(t), "k", "me", dlock.WithShared()); return err }, dlock.ErrInvalid, "WithShared does not apply"},
+		{"L32", func() error { _, err := good.AcquireAll(ctx(t), nil); return err }, dlock.ErrInvalid, "AcquireAll needs at least one key"},
+		{"L33", func() error { _, err := good.AcquireAll(ctx(t), []string{"a", "b", "a"}); return err }, dlock.ErrInvalid, `key "a" is named twice`},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			err := tc.err()
