@@ -547,9 +547,11 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 			errorf("no holder for %s between fence %d and %d, with workers waiting and no fault to explain it", gap, secs[i-1].fence, secs[i].fence)
 		}
 	}
-	if h.rw && sharedOverlaps == 0 {
+	if h.rw && shared >= 20 && sharedOverlaps == 0 {
+		// (A short run under faults may hold too few shared sections to
+		// tell.)
 		violations++
-		errorf("no two shared sections overlapped: the shared holds were exclusive")
+		errorf("no two shared sections overlapped in %d: the shared holds were exclusive", shared)
 	}
 	kinds := map[string]int{}
 	for _, f := range h.faults {

@@ -28,6 +28,9 @@ func TestParseStats(t *testing.T) {
 	if st.Commands != 5 {
 		t.Errorf("Commands = %d, want 5", st.Commands)
 	}
+	if st.Scripts != 2 || st.Usec != 5 {
+		t.Errorf("Scripts = %d, Usec = %d, want 2 and 5", st.Scripts, st.Usec)
+	}
 	if st.CPU.Seconds() != 1.75 {
 		t.Errorf("CPU = %v, want 1.75s", st.CPU)
 	}
@@ -67,6 +70,80 @@ func TestSharedAndMultiScenarios(t *testing.T) {
 	r.Multi = append(r.Multi, row)
 	md := r.Markdown(false)
 	for _, want := range []string{"## Shared holds: 4 readers, 1 writer", "| dlock-ctx |", "## Two keys at once", "| AcquireAll |", "| sorted Acquire ×2 |", "| ratio AcquireAll / baseline |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// The scale scenarios and a run through the proxy, at a tiny size: they
+// run, their figures are sane, and the report shows them. (The full sizes
+// run in dlockbench's full runs only.)
+func TestScaleAndNetworkScenarios(t *testing.T) {
+	if _, err := dlocktest.Binary(); err != nil {
+		t.Skip(err)
+	}
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	srv := Server{Addr: s.Addr(), Admin: admin}
+	r := &Report{Reps: 1, Libraries: []Library{DlockLibrary(true), RedislockLibrary(false)}}
+
+	ml, err := ManyLocks(srv, 50, 900*time.Millisecond, 500*time.Millisecond, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed every 300ms over 500ms: one or two script calls per lock.
+	if ml.Lost != 0 || ml.ReleaseErrors != 0 || ml.Scripts < 25 || ml.ScriptsPerLockInterval < 0.3 || ml.CommandsPerSec == 0 {
+		t.Errorf("many locks: %+v", ml)
+	}
+	r.ManyLocks = append(r.ManyLocks, ml)
+
+	mw, err := ManyWaiters([]Server{srv}, false, 20, 10*time.Second, 50*time.Millisecond, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mw.Woken != 20 || mw.Late != 0 || mw.Errors != 0 || mw.Conns == 0 || mw.WakeP50 == 0 {
+		t.Errorf("many waiters: %+v", mw)
+	}
+	r.ManyWaiters = append(r.ManyWaiters, mw)
+
+	direct, proxied, err := ProxyRTT(s.Addr(), 100*time.Microsecond, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proxied < direct+150*time.Microsecond {
+		t.Errorf("PING through a proxy adding 100µs each way: %v, direct %v", proxied, direct)
+	}
+	r.NetLatency, r.NetRTT, r.NetRTTDirect = 100*time.Microsecond, proxied, direct
+	px, err := dlocktest.NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	px.SetLatency(100 * time.Microsecond)
+	var row []UncontendedResult
+	for _, lib := range r.Libraries {
+		u, err := Uncontended(lib, []string{px.Addr()}, 1, 30*time.Millisecond, 150*time.Millisecond, &srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Ops == 0 || u.Errors != 0 || u.AcqP50 < 200*time.Microsecond {
+			t.Errorf("uncontended through the proxy: %+v", u)
+		}
+		row = append(row, u)
+	}
+	r.NetUncontended1 = append(r.NetUncontended1, row)
+	c, err := Contended(r.Libraries[0], Server{Addr: px.Addr(), Admin: admin}, 4, 200*time.Microsecond, 30*time.Millisecond, 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.NetContended = append(r.NetContended, ContendedConfig{Workers: 4, Hold: 200 * time.Microsecond, Runs: [][]ContendedResult{{c}}})
+
+	md := r.Markdown(false)
+	for _, want := range []string{"## Many locks held: 50 locks", "## Many waiters in one Locker: 20 waiters", "| 1 redis-server | 20 |",
+		"## Over a network: 100µs added each way", "### Uncontended over the network, 1 goroutine", "ops/s vs fastest peer (redislock)",
+		"### Contended over the network: W=4 workers"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}

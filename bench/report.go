@@ -41,6 +41,19 @@ type Report struct {
 	FaultNote      string
 	NodeTimeout    time.Duration
 	Allocs         []AllocResult
+
+	// The scale scenarios (dlock only; full runs only).
+	ManyLocks   []ManyLocksResult
+	ManyWaiters []ManyWaitersResult
+	// The uncontended and contended scenarios again, every client through
+	// a proxy (dlocktest.Proxy) that adds NetLatency each way; NetRTT is
+	// the PING round trip measured through such a proxy, NetRTTDirect the
+	// same without it.
+	NetLatency           time.Duration
+	NetRTT, NetRTTDirect time.Duration
+	NetUncontended1      [][]UncontendedResult
+	NetUncontended64     [][]UncontendedResult
+	NetContended         []ContendedConfig
 }
 
 // pick returns, per repetition, f of lib's result (NaN when absent).
@@ -440,43 +453,13 @@ func (r *Report) Markdown(charts bool) string {
 			continue
 		}
 		w("## %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
-		t := table{head: []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "Redis µs in scripts per pair", "errors"}}
-		for _, l := range r.Libraries {
-			g := func(f func(UncontendedResult) float64) float64 { return median(pick(u.runs, uname, l.Name, f)) }
-			t.add(l.Name, num(g(func(x UncontendedResult) float64 { return x.OpsPerSec })),
-				ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP50) })),
-				ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP99) })),
-				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP50) })),
-				ms(g(func(x UncontendedResult) float64 { return float64(x.RelP99) })),
-				fmt.Sprintf("%.2f", g(func(x UncontendedResult) float64 { return x.ScriptUsec })),
-				num(g(func(x UncontendedResult) float64 { return float64(x.Errors) })))
-		}
-		w("%s\n", t)
+		w("%s\n", r.uncontendedTable(u.runs, false, nil))
 	}
 
 	for _, c := range r.Contended {
 		w("## Contended: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
-		w("One key; every worker is its own process (own client, own locker), acquires, holds the lock for %s (a sleep), releases, and at once asks again. Handoff: one holder's Release returning → the next Acquire returning, whoever the next holder is; *to a waiter*: counting only handoffs to another worker (a library that lets the releaser take the lock straight back shows a short handoff that no waiter saw; *self* is the share of such acquisitions). Acquire wait: from the call to its return, what a waiting worker experiences. Fairness: min/max acquisitions per worker. Round trips: commands the clients sent; commands: all commands Redis ran, those inside scripts included (INFO commandstats). CPU per acquisition.\n\n", c.Hold)
-		t := table{head: []string{"library", "acq/s", "handoff p50", "handoff p99", "to a waiter p50", "to a waiter p99", "self", "Acquire wait p50", "Acquire wait p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}}
-		for _, l := range r.Libraries {
-			g := func(f func(ContendedResult) float64) float64 { return median(pick(c.Runs, cname, l.Name, f)) }
-			t.add(l.Name, num(g(func(x ContendedResult) float64 { return x.AcqPerSec })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP50) })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP99) })),
-				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) })),
-				ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP99)) })),
-				fmt.Sprintf("%.0f%%", 100*g(func(x ContendedResult) float64 { return x.SelfShare })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.WaitP50) })),
-				ms(g(func(x ContendedResult) float64 { return float64(x.WaitP99) })),
-				fmt.Sprintf("%.2f", g(func(x ContendedResult) float64 { return x.Fairness() })),
-				num(g(func(x ContendedResult) float64 { return x.RoundTrips })),
-				num(g(func(x ContendedResult) float64 { return x.Commands })),
-				us(g(func(x ContendedResult) float64 { return float64(x.ClientCPU) })),
-				us(g(func(x ContendedResult) float64 { return float64(x.RedisCPU) })),
-				num(g(func(x ContendedResult) float64 { return float64(x.Violations) })),
-				num(g(func(x ContendedResult) float64 { return float64(x.Errors) })))
-		}
-		w("%s\n", t)
+		w("One key; every worker is its own process (own client, own locker), acquires, holds the lock for %s (a sleep), releases, and at once asks again. %s\n\n", c.Hold, contendedLegend)
+		w("%s\n", r.contendedTable(c, false, nil))
 	}
 
 	if len(r.Semaphore) > 0 {
@@ -586,6 +569,9 @@ func (r *Report) Markdown(charts bool) string {
 		w("%s\n", t)
 	}
 
+	r.scaleMarkdown(w)
+	r.networkMarkdown(w)
+
 	if len(r.RedlockHealthy) > 0 {
 		w("## Redlock\n\nUncontended acquire+release from one process, one call at a time. The five servers share the machine's cores with the clients.\n\n")
 		t := table{head: []string{"configuration", "acquire p50", "acquire p99", "acquire max", "release p50", "errors"}}
@@ -617,6 +603,205 @@ func (r *Report) Markdown(charts bool) string {
 		w("%s\n", t)
 	}
 	return b.String()
+}
+
+// scaleMarkdown renders the many-locks and many-waiters sections.
+func (r *Report) scaleMarkdown(w func(string, ...any)) {
+	if len(r.ManyLocks) > 0 {
+		x := r.ManyLocks[0]
+		w("## Many locks held: %d locks, one Locker, TTL %s\n\n", x.Locks, x.TTL)
+		w("%s, one redis-server; no peer (dlock only). One Locker acquires %d locks (%d Acquire calls at a time, distinct keys) with `WithTTL(%s)`, auto-renewed (every TTL/3 = %s), and holds them for a measured window of %s once they all are. Redis commands/s: every command Redis ran in the window, those inside scripts included (INFO commandstats); sent: the commands the Locker's client sent (round trips). Script calls: EVAL + EVALSHA, per lock per renewal interval (1.00 = one script call per lock per interval). Client CPU: this process's user + system time (getrusage) over the window's wall time, in %% of one core (the process runs nothing else meanwhile); Redis CPU likewise (used_cpu_user + used_cpu_sys). Heap per lock: HeapInuse after a GC with the locks held less the same before acquiring them (after a warm-up that opened the connections), per lock; goroutines per lock likewise (runtime.NumGoroutine). Lost: locks whose Lost channel closed during the window. Reported, no target.\n\n",
+			x.Lib, x.Locks, x.Par, x.TTL, x.TTL/3, x.Window.Round(time.Millisecond))
+		t := table{head: []string{"library", "locks", "acquire all", "Redis commands/s", "sent/s", "script calls/s", "script calls per lock per TTL/3", "client CPU", "Redis CPU", "heap per lock", "goroutines per lock", "pool conns (before → after)", "lost", "release errors"}}
+		for _, x := range r.ManyLocks {
+			t.add(x.Lib, fmt.Sprint(x.Locks), ms(float64(x.AcquireTime)), num(x.CommandsPerSec), num(x.SentPerSec),
+				num(float64(x.Scripts)/x.Window.Seconds()), fmt.Sprintf("%.2f", x.ScriptsPerLockInterval),
+				fmt.Sprintf("%.1f%%", x.ClientCPU), fmt.Sprintf("%.1f%%", x.RedisCPU),
+				fmt.Sprintf("%.0f B", x.HeapPerLock), fmt.Sprintf("%.2f", x.GoroutinesPerLock),
+				fmt.Sprintf("%d → %d", x.PoolConns0, x.PoolConns1), fmt.Sprint(x.Lost), fmt.Sprint(x.ReleaseErrors))
+		}
+		w("%s\n", t)
+	}
+	if len(r.ManyWaiters) > 0 {
+		x := r.ManyWaiters[0]
+		w("## Many waiters in one Locker: %d waiters on %d keys\n\n", x.Waiters, x.Waiters)
+		w("%s; no peer (dlock only). A holder Locker holds %d keys (TTL 30s, auto-renewed); one waiter Locker runs %d goroutines, each `Acquire`-ing its own key. Once every key's waiting set (`dlock:{KEY}:waiters`) holds the waiter, and after a settle, an idle window of %s: sent/s is the commands the waiter Locker's client sent (Counter hook: round trips, not pub/sub messages); Redis commands/s every command the nodes ran, the holder's renewals and those inside scripts included; client CPU this process's (holder and waiters), in %% of one core; connections: the waiter client's connections on the nodes at the window's end (CLIENT LIST by client name, pub/sub included; go-redis' own count, pool TotalConns + active pub/sub, in brackets). Then the %d held keys are released one at a time, each after the previous waiter got its key (or %s passed): wake-up is the holder's Release returning → that key's waiter's Acquire returning. Registration: from the first Acquire call to every waiter registered. Reported, no target.\n\n",
+			x.Lib, x.Waiters, x.Waiters, x.Window.Round(time.Millisecond), x.Waiters, WakeTimeout)
+		t := table{head: []string{"deployment", "waiters", "registration", "sent/s (waiter Locker)", "sent/s per waiter", "Redis commands/s (all)", "client CPU", "connections (waiter Locker)", "wake-up p50", "wake-up p99", "wake-up max", "woken", "late", "errors"}}
+		for _, x := range r.ManyWaiters {
+			t.add(x.Deployment, fmt.Sprint(x.Waiters), ms(float64(x.RegisterTime)), num(x.SentPerSec),
+				fmt.Sprintf("%.3f", x.SentPerSec/float64(x.Waiters)), num(x.CommandsPerSec),
+				fmt.Sprintf("%.1f%%", x.ClientCPU), fmt.Sprintf("%d (%d)", x.Conns, x.PoolConns),
+				ms(float64(x.WakeP50)), ms(float64(x.WakeP99)), ms(float64(x.WakeMax)),
+				fmt.Sprint(x.Woken), fmt.Sprint(x.Late), fmt.Sprint(x.Errors))
+		}
+		w("%s\n", t)
+		for _, x := range r.ManyWaiters {
+			if x.FirstError != "" {
+				w("First error (%s): %s\n\n", x.Deployment, x.FirstError)
+			}
+		}
+	}
+}
+
+// networkMarkdown renders the sections of the runs through the proxy.
+func (r *Report) networkMarkdown(w func(string, ...any)) {
+	if len(r.NetUncontended1)+len(r.NetUncontended64)+len(r.NetContended) == 0 {
+		return
+	}
+	reps := max(len(r.NetUncontended1), len(r.NetUncontended64))
+	for _, c := range r.NetContended {
+		reps = max(reps, len(c.Runs))
+	}
+	w("## Over a network: %s added each way\n\n", r.NetLatency)
+	w("The uncontended and contended scenarios again, with every library's clients connected through a TCP proxy on loopback (dlocktest.Proxy, a fresh one for each library's run) that holds everything it forwards for %s, in each direction; INFO goes to the server directly. A PING round trip measured %s through such a proxy against %s direct (medians; the sleep overshoots a little). The proxy forwards each direction of a connection one read at a time, so commands pipelined on one connection are batched rather than overlapped as on a real link. %s, medians; ratios are taken in the same repetition (the median of the per-repetition ratios); *vs loopback* is the library's median here over its median in the loopback tables above.\n\n",
+		r.NetLatency, us(float64(r.NetRTT)), us(float64(r.NetRTTDirect)), repetitions(reps))
+	for _, u := range []struct {
+		title      string
+		runs, base [][]UncontendedResult
+	}{{"1 goroutine", r.NetUncontended1, r.Uncontended1}, {"64 goroutines (one process, distinct keys)", r.NetUncontended64, r.Uncontended64}} {
+		if len(u.runs) == 0 {
+			continue
+		}
+		w("### Uncontended over the network, %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
+		w("%s\n", r.uncontendedTable(u.runs, true, u.base))
+	}
+	for _, c := range r.NetContended {
+		var base *ContendedConfig
+		for i, b := range r.Contended {
+			if b.Workers == c.Workers && b.Hold == c.Hold {
+				base = &r.Contended[i]
+			}
+		}
+		w("### Contended over the network: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
+		w("As the contended tables above, through the proxy. %s\n\n", contendedLegend)
+		w("%s\n", r.contendedTable(c, true, base))
+	}
+}
+
+// contendedLegend explains the contended tables' columns.
+const contendedLegend = "Handoff: one holder's Release returning → the next Acquire returning, whoever the next holder is; *to a waiter*: counting only handoffs to another worker (a library that lets the releaser take the lock straight back shows a short handoff that no waiter saw; *self* is the share of such acquisitions). Acquire wait: from the call to its return, what a waiting worker experiences. Fairness: min/max acquisitions per worker. Round trips: commands the clients sent; commands: all commands Redis ran, those inside scripts included (INFO commandstats). CPU per acquisition."
+
+// medianRatio is the median, over the repetitions, of lib's f over peer's f
+// in the same repetition, as "0.95×" ("–" when either is missing).
+func medianRatio[T any](runs [][]T, name func(T) string, lib, peer string, f func(T) float64) (string, []float64) {
+	if peer == "" {
+		return "–", nil
+	}
+	rs := ratios(pick(runs, name, lib, f), pick(runs, name, peer, f))
+	m := median(rs)
+	if math.IsNaN(m) || math.IsInf(m, 0) {
+		return "–", rs
+	}
+	return fmt.Sprintf("%.2f×", m), rs
+}
+
+// uncontendedTable is the table of an uncontended configuration. With
+// ratios, it adds each library's ops/s over the fastest peer's (and, when
+// that peer is not on go-redis, over the fastest go-redis peer's) in the
+// same repetition, and over its own median on loopback (base, if any).
+func (r *Report) uncontendedTable(runs [][]UncontendedResult, withRatios bool, base [][]UncontendedResult) table {
+	head := []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "Redis µs in scripts per pair", "errors"}
+	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
+	var fastest, fastestGoRedis string
+	if withRatios {
+		fastest, _ = bestPeer(runs, uname, r.Libraries, ops, func(Library) bool { return true })
+		fastestGoRedis, _ = bestPeer(runs, uname, r.Libraries, ops, func(l Library) bool { return l.GoRedis })
+		head = append(head, "ops/s vs fastest peer ("+fastest+")")
+		if fastestGoRedis != fastest {
+			head = append(head, "vs fastest go-redis peer ("+fastestGoRedis+")")
+		}
+		if len(base) > 0 {
+			head = append(head, "ops/s vs loopback")
+		}
+	}
+	t := table{head: head}
+	for _, l := range r.Libraries {
+		g := func(f func(UncontendedResult) float64) float64 { return median(pick(runs, uname, l.Name, f)) }
+		row := []string{l.Name, num(g(ops)),
+			ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP50) })),
+			ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP99) })),
+			ms(g(func(x UncontendedResult) float64 { return float64(x.RelP50) })),
+			ms(g(func(x UncontendedResult) float64 { return float64(x.RelP99) })),
+			fmt.Sprintf("%.2f", g(func(x UncontendedResult) float64 { return x.ScriptUsec })),
+			num(g(func(x UncontendedResult) float64 { return float64(x.Errors) }))}
+		if withRatios {
+			v, _ := medianRatio(runs, uname, l.Name, fastest, ops)
+			row = append(row, v)
+			if fastestGoRedis != fastest {
+				v, _ := medianRatio(runs, uname, l.Name, fastestGoRedis, ops)
+				row = append(row, v)
+			}
+			if len(base) > 0 {
+				row = append(row, ratioCell(g(ops)/median(pick(base, uname, l.Name, ops))))
+			}
+		}
+		t.add(row...)
+	}
+	return t
+}
+
+// ratioCell is x as "0.95×", or "–".
+func ratioCell(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+// fairPeer is the fairness a peer needs to be the contended tables' yardstick.
+const fairPeer = 0.3
+
+// contendedTable is the table of a contended configuration. With ratios,
+// it adds each library's acq/s over the fastest peer's with fairness ≥ 0.3
+// and over the fastest peer's of any fairness, in the same repetition, and
+// over its own median on loopback (base, if any).
+func (r *Report) contendedTable(c ContendedConfig, withRatios bool, base *ContendedConfig) table {
+	head := []string{"library", "acq/s", "handoff p50", "handoff p99", "to a waiter p50", "to a waiter p99", "self", "Acquire wait p50", "Acquire wait p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}
+	acq := func(x ContendedResult) float64 { return x.AcqPerSec }
+	var fastestFair, fastest string
+	if withRatios {
+		fair := func(l Library) bool { return median(pick(c.Runs, cname, l.Name, ContendedResult.Fairness)) >= fairPeer }
+		fastestFair, _ = bestPeer(c.Runs, cname, r.Libraries, acq, fair)
+		fastest, _ = bestPeer(c.Runs, cname, r.Libraries, acq, func(Library) bool { return true })
+		ff := fastestFair
+		if ff == "" {
+			ff = "none"
+		}
+		head = append(head, fmt.Sprintf("acq/s vs fastest peer with fairness ≥ %.1f (%s)", fairPeer, ff), "vs fastest peer ("+fastest+")")
+		if base != nil {
+			head = append(head, "acq/s vs loopback")
+		}
+	}
+	t := table{head: head}
+	for _, l := range r.Libraries {
+		g := func(f func(ContendedResult) float64) float64 { return median(pick(c.Runs, cname, l.Name, f)) }
+		row := []string{l.Name, num(g(acq)),
+			ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP50) })),
+			ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP99) })),
+			ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP50)) })),
+			ms(g(func(x ContendedResult) float64 { return nz(float64(x.OtherP99)) })),
+			fmt.Sprintf("%.0f%%", 100*g(func(x ContendedResult) float64 { return x.SelfShare })),
+			ms(g(func(x ContendedResult) float64 { return float64(x.WaitP50) })),
+			ms(g(func(x ContendedResult) float64 { return float64(x.WaitP99) })),
+			fmt.Sprintf("%.2f", g(func(x ContendedResult) float64 { return x.Fairness() })),
+			num(g(func(x ContendedResult) float64 { return x.RoundTrips })),
+			num(g(func(x ContendedResult) float64 { return x.Commands })),
+			us(g(func(x ContendedResult) float64 { return float64(x.ClientCPU) })),
+			us(g(func(x ContendedResult) float64 { return float64(x.RedisCPU) })),
+			num(g(func(x ContendedResult) float64 { return float64(x.Violations) })),
+			num(g(func(x ContendedResult) float64 { return float64(x.Errors) }))}
+		if withRatios {
+			v1, _ := medianRatio(c.Runs, cname, l.Name, fastestFair, acq)
+			v2, _ := medianRatio(c.Runs, cname, l.Name, fastest, acq)
+			row = append(row, v1, v2)
+			if base != nil {
+				row = append(row, ratioCell(g(acq)/median(pick(base.Runs, cname, l.Name, acq))))
+			}
+		}
+		t.add(row...)
+	}
+	return t
 }
 
 // Charts writes the SVG charts into dir.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 )
 
 // Server is what the scenarios need from a redis-server: its address and an
@@ -35,6 +37,9 @@ type ServerStats struct {
 	// Usec is the time Redis spent running scripts (EVAL and EVALSHA,
 	// commandstats' usec), in microseconds.
 	Usec int64
+	// Scripts is the number of script calls (EVAL, EVALSHA and their _RO
+	// variants).
+	Scripts int64
 }
 
 // Stats takes a snapshot of the server's counters.
@@ -63,6 +68,9 @@ func parseStats(info string) ServerStats {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					st.Commands += n
+					if strings.HasPrefix(cmd, "eval") {
+						st.Scripts += n
+					}
 				}
 				if v, ok := strings.CutPrefix(f, "usec="); ok && strings.HasPrefix(cmd, "eval") {
 					n, _ := strconv.ParseInt(v, 10, 64)
@@ -916,4 +924,518 @@ func releaseLocks(ls []*dlock.Lock) (int, error) {
 		rcancel()
 	}
 	return failed, first
+}
+
+// The scale scenarios (dlock only, full runs only): many locks held by one
+// Locker, and many waiters in one Locker. They measure; no figure is a
+// target yet.
+
+// add returns the sum of two snapshots (of two nodes).
+func (s ServerStats) add(o ServerStats) ServerStats {
+	return ServerStats{Commands: s.Commands + o.Commands, CPU: s.CPU + o.CPU, Usec: s.Usec + o.Usec, Scripts: s.Scripts + o.Scripts}
+}
+
+// statsAll sums the snapshots of every server.
+func statsAll(ctx context.Context, srvs []Server) (ServerStats, error) {
+	var sum ServerStats
+	for _, s := range srvs {
+		st, err := s.Stats(ctx)
+		if err != nil {
+			return ServerStats{}, err
+		}
+		sum = sum.add(st)
+	}
+	return sum, nil
+}
+
+// heapInuse returns HeapInuse after a full collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// acquireKeys acquires keys with l (opts applied), par at a time, and
+// returns the locks in the order of keys; on an error it releases what it
+// took.
+func acquireKeys(ctx context.Context, l *dlock.Locker, keys []string, par int, opts ...dlock.LockOption) ([]*dlock.Lock, error) {
+	locks := make([]*dlock.Lock, len(keys))
+	var (
+		next     atomic.Int64
+		firstErr firstError
+		failed   atomic.Bool
+		wg       sync.WaitGroup
+	)
+	for g := 0; g < par; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				k, err := l.Acquire(ctx, keys[i], opts...)
+				if err != nil {
+					failed.Store(true)
+					firstErr.set("acquire "+keys[i], err)
+					return
+				}
+				locks[i] = k
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		var held []*dlock.Lock
+		for _, k := range locks {
+			if k != nil {
+				held = append(held, k)
+			}
+		}
+		releaseAll(held, par)
+		return nil, errors.New(firstErr.msg)
+	}
+	return locks, nil
+}
+
+// releaseAll releases ls, par at a time, and returns the number of releases
+// that failed.
+func releaseAll(ls []*dlock.Lock, par int) int {
+	var (
+		next, failed atomic.Int64
+		wg           sync.WaitGroup
+	)
+	for g := 0; g < par; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ls) {
+					return
+				}
+				if n, _ := releaseLocks(ls[i : i+1]); n > 0 {
+					failed.Add(int64(n))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(failed.Load())
+}
+
+// ManyLocksResult is one run of the many-locks scenario.
+type ManyLocksResult struct {
+	Lib    string
+	Locks  int
+	TTL    time.Duration
+	Window time.Duration // measured wall time
+	// AcquireTime is how long acquiring every lock took (Par at a time).
+	AcquireTime time.Duration
+	Par         int
+	// CommandsPerSec counts every command Redis executed in the window,
+	// those inside scripts included (INFO commandstats); SentPerSec the
+	// commands the Locker's client sent (round trips).
+	CommandsPerSec float64
+	SentPerSec     float64
+	// Scripts is the number of script calls (EVAL + EVALSHA) Redis ran in
+	// the window; ScriptsPerLockInterval the same per lock per renewal
+	// interval (TTL/3).
+	Scripts                int64
+	ScriptsPerLockInterval float64
+	// ClientCPU is this process's CPU (user + system, getrusage) over the
+	// window, in % of one core; RedisCPU the server's, likewise.
+	ClientCPU float64
+	RedisCPU  float64
+	// HeapPerLock is HeapInuse after a GC with the locks held, less the same
+	// before acquiring them, per lock, in bytes; GoroutinesPerLock the
+	// same for runtime.NumGoroutine.
+	HeapPerLock       float64
+	GoroutinesPerLock float64
+	// PoolConns is the client's connection pool (TotalConns) before the
+	// baseline and at the end of the window.
+	PoolConns0, PoolConns1 int
+	// Lost is the number of locks whose Lost channel was closed by the end
+	// of the window (a renewal that failed); ReleaseErrors the releases
+	// that failed afterwards.
+	Lost          int
+	ReleaseErrors int
+}
+
+// ManyLocks has one Locker (dlock-ctx, on srv) acquire n locks with TTL
+// ttl, auto-renewed, par Acquire calls at a time, and keeps them held for a
+// window of dur once they all are; it measures the renewals' cost over that
+// window and the memory and goroutines the held locks cost.
+func ManyLocks(srv Server, n int, ttl, dur time.Duration, par int) (ManyLocksResult, error) {
+	res := ManyLocksResult{Lib: DlockLibrary(true).Name, Locks: n, TTL: ttl, Par: par}
+	sent := &Counter{}
+	ps, err := dlockProcesses(srv, 1, sent)
+	if err != nil {
+		return res, err
+	}
+	defer closeDlock(ps)
+	p := ps[0]
+	client := p.clients[0].(*redis.Client)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
+	defer cancel()
+	prefix := freshKey("many")
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + ":" + strconv.Itoa(i)
+	}
+	opt := dlock.WithTTL(ttl)
+
+	// Warm up with par keys at once, so that the connections the
+	// acquisitions use exist before the baseline.
+	warm := make([]string, par)
+	for i := range warm {
+		warm[i] = fmt.Sprintf("%s:warm:%d", prefix, i)
+	}
+	wl, err := acquireKeys(ctx, p.locker, warm, par, opt)
+	if err != nil {
+		return res, err
+	}
+	if f := releaseAll(wl, par); f > 0 {
+		return res, fmt.Errorf("many locks: %d warm-up releases failed", f)
+	}
+	res.PoolConns0 = int(client.PoolStats().TotalConns)
+	heap0, g0 := heapInuse(), runtime.NumGoroutine()
+
+	t0 := time.Now()
+	locks, err := acquireKeys(ctx, p.locker, keys, par, opt)
+	if err != nil {
+		return res, err
+	}
+	res.AcquireTime = time.Since(t0)
+	defer func() { releaseAll(locks, par) }() // on an error; nil once released
+	heap1, g1 := heapInuse(), runtime.NumGoroutine()
+	res.HeapPerLock = (float64(heap1) - float64(heap0)) / float64(n)
+	res.GoroutinesPerLock = float64(g1-g0) / float64(n)
+
+	sent0, cpu0 := sent.Load(), processCPU()
+	st0, err0 := srv.Stats(ctx)
+	w0 := time.Now()
+	time.Sleep(dur)
+	sent1, cpu1 := sent.Load(), processCPU()
+	st1, err1 := srv.Stats(ctx)
+	wall := time.Since(w0)
+	if err := errors.Join(err0, err1); err != nil {
+		return res, err
+	}
+	res.PoolConns1 = int(client.PoolStats().TotalConns)
+	for _, k := range locks {
+		select {
+		case <-k.Lost():
+			res.Lost++
+		default:
+		}
+	}
+	res.Window = wall
+	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / wall.Seconds()
+	res.SentPerSec = float64(sent1-sent0) / wall.Seconds()
+	res.Scripts = st1.Scripts - st0.Scripts
+	res.ScriptsPerLockInterval = float64(res.Scripts) / float64(n) / (float64(wall) / float64(ttl/3))
+	res.ClientCPU = 100 * float64(cpu1-cpu0) / float64(wall)
+	res.RedisCPU = 100 * float64(st1.CPU-st0.CPU) / float64(wall)
+	res.ReleaseErrors = releaseAll(locks, par)
+	locks = nil
+	return res, nil
+}
+
+// ManyWaitersResult is one run of the many-waiters scenario.
+type ManyWaitersResult struct {
+	Lib        string
+	Deployment string // "1 redis-server", "Cluster, 3 masters"
+	Waiters    int
+	Window     time.Duration // the idle window, measured wall time
+	// RegisterTime: from the first waiter's Acquire call to every waiting
+	// set holding its waiter.
+	RegisterTime time.Duration
+	// SentPerSec is the commands the waiter Locker's client sent per
+	// second in the idle window (round trips); CommandsPerSec every
+	// command the nodes ran, the holder's renewals and those inside
+	// scripts included.
+	SentPerSec     float64
+	CommandsPerSec float64
+	// ClientCPU is this process's CPU over the window (holder and waiters),
+	// in % of one core.
+	ClientCPU float64
+	// Conns is the connections of the waiter Locker's client on the nodes
+	// (CLIENT LIST, by client name: pub/sub included) at the window's end;
+	// PoolConns its go-redis pools' TotalConns plus active pub/sub
+	// connections (go-redis' own count).
+	Conns, PoolConns int
+	// Wake: one holder's Release returning → its waiter's Acquire
+	// returning, the keys released one at a time (each after the previous
+	// waiter got its key, or after WakeTimeout).
+	WakeP50, WakeP99, WakeMax time.Duration
+	Woken                     int
+	// Late is the waiters that did not have their key WakeTimeout after the
+	// release (counted in Woken if they got it later).
+	Late   int
+	Errors int64
+	// FirstError is the first error seen, if any.
+	FirstError string
+}
+
+// WakeTimeout bounds the wait for one waiter in ManyWaiters' release phase.
+const WakeTimeout = 2 * time.Second
+
+// ManyWaiters has a holder Locker hold n keys (TTL holdTTL) while one
+// waiter Locker runs n goroutines, each Acquire-ing its own key; once
+// every waiter is registered and settle has passed, it measures an idle
+// window of dur, then releases the keys one at a time and measures each
+// waiter's wake-up. nodes are one redis-server, or the masters of a
+// Cluster (cluster true), each with an admin client.
+func ManyWaiters(nodes []Server, cluster bool, n int, holdTTL, settle, dur time.Duration) (ManyWaitersResult, error) {
+	res := ManyWaitersResult{Lib: DlockLibrary(true).Name, Deployment: "1 redis-server", Waiters: n}
+	if cluster {
+		res.Deployment = fmt.Sprintf("Cluster, %d masters", len(nodes))
+	}
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.Addr)
+	}
+	seq := runSeq.Add(1)
+	newClient := func(name string, sent *Counter) redis.UniversalClient {
+		var c redis.UniversalClient
+		if cluster {
+			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClientName: name, ContextTimeoutEnabled: true})
+		} else {
+			c = redis.NewClient(&redis.Options{Addr: addrs[0], ClientName: name, ContextTimeoutEnabled: true})
+		}
+		if sent != nil {
+			c.AddHook(sent)
+		}
+		return c
+	}
+	waiterName := fmt.Sprintf("bench-waiter-%d", seq)
+	sent := &Counter{}
+	hc, wc := newClient(fmt.Sprintf("bench-holder-%d", seq), nil), newClient(waiterName, sent)
+	var admin redis.UniversalClient = nodes[0].Admin
+	if cluster {
+		admin = newClient("", nil)
+	}
+	defer func() {
+		_ = hc.Close()
+		_ = wc.Close()
+		if cluster {
+			_ = admin.Close()
+		}
+	}()
+	holder, waiter := dlock.New(hc), dlock.New(wc)
+	defer func() { _ = holder.Close() }()
+	defer func() { _ = waiter.Close() }()
+
+	total := settle + dur + time.Duration(n)*WakeTimeout/8 + 2*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), total)
+	defer cancel()
+	prefix := freshKey("mw")
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + ":" + strconv.Itoa(i)
+	}
+	held, err := acquireKeys(ctx, holder, keys, 32, dlock.WithTTL(holdTTL))
+	if err != nil {
+		return res, fmt.Errorf("many waiters: holder: %w", err)
+	}
+	heldRel := make([]bool, n)
+	defer func() {
+		var rest []*dlock.Lock
+		for i, k := range held {
+			if !heldRel[i] {
+				rest = append(rest, k)
+			}
+		}
+		releaseAll(rest, 32)
+	}()
+
+	base := time.Now()
+	acqAt := make([]atomic.Int64, n) // ns since base, when the waiter's Acquire returned
+	done := make([]chan struct{}, n)
+	got := make([]*dlock.Lock, n)
+	var (
+		wg       sync.WaitGroup
+		errs     atomic.Int64
+		firstErr firstError
+	)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	for i := range keys {
+		done[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done[i])
+			k, err := waiter.Acquire(wctx, keys[i])
+			acqAt[i].Store(int64(time.Since(base)))
+			if err != nil {
+				if wctx.Err() == nil {
+					errs.Add(1)
+					firstErr.set("waiter acquire", err)
+				}
+				return
+			}
+			got[i] = k
+		}()
+	}
+	defer func() {
+		wcancel()
+		wg.Wait()
+		var ls []*dlock.Lock
+		for _, k := range got {
+			if k != nil {
+				ls = append(ls, k)
+			}
+		}
+		releaseAll(ls, 32)
+	}()
+
+	// Registered: each key's waiting set holds the waiter.
+	waitKey := func(k string) string { return dlock.DefaultPrefix + "{" + k + "}:waiters" }
+	for {
+		if time.Since(base) > time.Minute {
+			return res, fmt.Errorf("many waiters: not every waiter registered within a minute")
+		}
+		cmds := make([]*redis.IntCmd, n)
+		_, err := admin.Pipelined(ctx, func(pp redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = pp.ZCard(ctx, waitKey(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		all := true
+		for _, c := range cmds {
+			if c.Val() != 1 {
+				all = false
+				break
+			}
+		}
+		if all {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res.RegisterTime = time.Since(base)
+	time.Sleep(settle)
+
+	sent0, cpu0 := sent.Load(), processCPU()
+	st0, err0 := statsAll(ctx, nodes)
+	w0 := time.Now()
+	time.Sleep(dur)
+	sent1, cpu1 := sent.Load(), processCPU()
+	st1, err1 := statsAll(ctx, nodes)
+	wall := time.Since(w0)
+	if err := errors.Join(err0, err1); err != nil {
+		return res, err
+	}
+	res.Window = wall
+	res.SentPerSec = float64(sent1-sent0) / wall.Seconds()
+	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / wall.Seconds()
+	res.ClientCPU = 100 * float64(cpu1-cpu0) / float64(wall)
+	for _, s := range nodes {
+		list, err := s.Admin.ClientList(ctx).Result()
+		if err != nil {
+			return res, err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " name="+waiterName+" ") {
+				res.Conns++
+			}
+		}
+	}
+	switch c := wc.(type) {
+	case *redis.Client:
+		st := c.PoolStats()
+		res.PoolConns = int(st.TotalConns + st.PubSubStats.Active)
+	case *redis.ClusterClient:
+		st := c.PoolStats()
+		res.PoolConns = int(st.TotalConns + st.PubSubStats.Active)
+	}
+
+	relAt := make([]int64, n)
+	for i, k := range held {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := k.Release(rctx)
+		rcancel()
+		relAt[i] = int64(time.Since(base))
+		heldRel[i] = true
+		if err != nil {
+			errs.Add(1)
+			firstErr.set("holder release", err)
+			continue
+		}
+		select {
+		case <-done[i]:
+		case <-time.After(WakeTimeout):
+			res.Late++
+		}
+	}
+	// The late ones, a little longer.
+	deadline := time.After(WakeTimeout)
+	for i := range done {
+		select {
+		case <-done[i]:
+		case <-deadline:
+		}
+	}
+	var wakes []time.Duration
+	for i := range done {
+		select {
+		case <-done[i]:
+		default:
+			continue
+		}
+		if got[i] == nil {
+			continue
+		}
+		wakes = append(wakes, max(time.Duration(acqAt[i].Load()-relAt[i]), 0))
+	}
+	res.Woken = len(wakes)
+	res.WakeP50, res.WakeP99 = percentile(wakes, 50), percentile(wakes, 99)
+	if len(wakes) > 0 {
+		res.WakeMax = wakes[len(wakes)-1]
+	}
+	res.Errors = errs.Load()
+	res.FirstError = firstErr.msg
+	return res, nil
+}
+
+// ProxyRTT measures the round trip of PING to target, directly and through
+// a fresh proxy with latency, as medians of n calls each.
+func ProxyRTT(target string, latency time.Duration, n int) (direct, proxied time.Duration, err error) {
+	px, err := dlocktest.NewProxy(target)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer px.Close()
+	px.SetLatency(latency)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	med := func(addr string) (time.Duration, error) {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		var d []time.Duration
+		for i := 0; i < n+10; i++ {
+			t0 := time.Now()
+			if err := c.Ping(ctx).Err(); err != nil {
+				return 0, err
+			}
+			if i >= 10 { // the first dial and warm-up
+				d = append(d, time.Since(t0))
+			}
+		}
+		return percentile(d, 50), nil
+	}
+	if direct, err = med(target); err != nil {
+		return 0, 0, err
+	}
+	proxied, err = med(px.Addr())
+	return direct, proxied, err
 }

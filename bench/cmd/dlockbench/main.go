@@ -2,8 +2,9 @@
 // redis-server processes it starts on loopback, prints the tables, and writes
 // benchmarks.md and SVG charts into -out.
 //
-//	go run ./cmd/dlockbench -out ../docs     # the full run (about 15 minutes)
+//	go run ./cmd/dlockbench -out ../docs     # the full run (about 20 minutes)
 //	go run ./cmd/dlockbench -quick           # a short check that everything works
+//	go run ./cmd/dlockbench -only manylocks  # one group (manylocks and network run in full runs only, never with -quick)
 package main
 
 import (
@@ -32,7 +33,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run, to check that everything works (not to judge speed)")
 	reps := flag.Int("reps", 0, "repetitions of each scenario (default 5, 1 with -quick)")
 	out := flag.String("out", "", "directory to write benchmarks.md and the SVG charts into (default: none)")
-	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, rw, multi, idle, allocs, redlock (for a look while working; the report then has gaps, and nothing is written)")
+	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, rw, multi, idle, manylocks, network, allocs, redlock (manylocks and network: not with -quick; for a look while working; the report then has gaps, and nothing is written)")
 	flag.Parse()
 	if *only != "" {
 		for _, g := range strings.Split(*only, ",") {
@@ -50,6 +51,10 @@ func main() {
 var onlyGroups = map[string]bool{}
 
 func want(group string) bool { return len(onlyGroups) == 0 || onlyGroups[group] }
+
+// fullOnly are the groups that run in full runs only: never with -quick
+// (CI runs -quick), even when -only names them.
+var fullOnly = map[string]bool{"manylocks": true, "network": true}
 
 type quiet struct{}
 
@@ -72,6 +77,13 @@ type settings struct {
 	rwReps              int
 	multiWarm, multiDur time.Duration
 	multiReps           int
+	// The scale scenarios (manylocks, dlock only) and the runs through a
+	// proxy (network): full runs only.
+	manyLocks, manyWaiters      int
+	manyTTL, manyDur            time.Duration
+	waitSettle, waitDur         time.Duration
+	netLatency, netWarm, netDur time.Duration
+	netReps                     int
 }
 
 func run(quick bool, reps int, out string) error {
@@ -82,6 +94,9 @@ func run(quick bool, reps int, out string) error {
 		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
 		rwWarm: 300 * time.Millisecond, rwDur: 5 * time.Second, rwReps: 1,
 		multiWarm: 300 * time.Millisecond, multiDur: 2 * time.Second, multiReps: 3,
+		manyLocks: 10_000, manyTTL: 3 * time.Second, manyDur: 12 * time.Second,
+		manyWaiters: 1000, waitSettle: time.Second, waitDur: 20 * time.Second,
+		netLatency: 100 * time.Microsecond, netWarm: 300 * time.Millisecond, netDur: 2 * time.Second, netReps: 1,
 	}
 	if quick {
 		s = settings{
@@ -98,7 +113,16 @@ func run(quick bool, reps int, out string) error {
 		s.idleReps = min(reps, s.idleReps)
 		s.rwReps = min(reps, s.rwReps)
 		s.multiReps = min(reps, s.multiReps)
+		s.netReps = min(reps, 2)
 	}
+	if quick {
+		for g := range fullOnly {
+			if onlyGroups[g] {
+				fmt.Fprintf(os.Stderr, "dlockbench: %s runs in full runs only, not with -quick: skipped\n", g)
+			}
+		}
+	}
+	wantFull := func(group string) bool { return !quick && want(group) }
 	if err := flag.Set("test.benchtime", s.benchtime); err != nil {
 		return err
 	}
@@ -145,6 +169,10 @@ func run(quick bool, reps int, out string) error {
 			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime,
 			s.rwWarm, s.rwDur, repetitions(s.rwReps), s.multiWarm, s.multiDur, repetitions(s.multiReps)),
 	}
+	if !quick {
+		r.Settings += fmt.Sprintf("; many locks: %d locks, TTL %s, %s measured; many waiters: %d, %s settle, %s measured; over a network (%s added each way): %s warm-up, %s measured (%s)",
+			s.manyLocks, s.manyTTL, s.manyDur, s.manyWaiters, s.waitSettle, s.waitDur, s.netLatency, s.netWarm, s.netDur, repetitions(s.netReps))
+	}
 	log := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 	}
@@ -179,10 +207,7 @@ func run(quick bool, reps int, out string) error {
 	}
 
 	// 2. Contended.
-	for _, cfg := range []struct {
-		w    int
-		hold time.Duration
-	}{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}} {
+	for _, cfg := range contendedConfigs {
 		if !want("contended") {
 			break
 		}
@@ -285,6 +310,44 @@ func run(quick bool, reps int, out string) error {
 		flush()
 	}
 
+	// 3b. Many locks held by one Locker, and many waiters in one Locker
+	// (dlock only; full runs only).
+	if wantFull("manylocks") {
+		res, err := bench.ManyLocks(srv, s.manyLocks, s.manyTTL, s.manyDur, 32)
+		if err != nil {
+			return err
+		}
+		log("manylocks %d locks TTL %v: acquired in %v; %.0f Redis cmds/s, %.2f script calls per lock per TTL/3, client CPU %.1f%%, heap %.0f B/lock, %.2f goroutines/lock, lost %d",
+			res.Locks, res.TTL, res.AcquireTime, res.CommandsPerSec, res.ScriptsPerLockInterval, res.ClientCPU, res.HeapPerLock, res.GoroutinesPerLock, res.Lost)
+		r.ManyLocks = append(r.ManyLocks, res)
+		flush()
+		logWaiters := func(res bench.ManyWaitersResult) {
+			log("manywaiters %s %d waiters: registered in %v; sent %.1f cmds/s, Redis %.0f cmds/s, %d conns (%d); wake p50 %v p99 %v max %v, woken %d late %d err %d",
+				res.Deployment, res.Waiters, res.RegisterTime, res.SentPerSec, res.CommandsPerSec, res.Conns, res.PoolConns, res.WakeP50, res.WakeP99, res.WakeMax, res.Woken, res.Late, res.Errors)
+			if res.FirstError != "" {
+				log("manywaiters %s first error: %s", res.Deployment, res.FirstError)
+			}
+		}
+		mw, err := bench.ManyWaiters([]bench.Server{srv}, false, s.manyWaiters, 30*time.Second, s.waitSettle, s.waitDur)
+		if err != nil {
+			return err
+		}
+		logWaiters(mw)
+		r.ManyWaiters = append(r.ManyWaiters, mw)
+		flush()
+		if err := manyWaitersCluster(r, s, logWaiters); err != nil {
+			return err
+		}
+	}
+
+	// 3c. The uncontended and contended scenarios over a network: every
+	// client through a proxy adding s.netLatency each way (full runs only).
+	if wantFull("network") {
+		if err := network(r, s, single, srv, libs, log, flush); err != nil {
+			return err
+		}
+	}
+
 	// 4. Allocations (before the Redlock faults; all nodes healthy).
 	allocLibs := []bench.Library{bench.DlockLibrary(false), bench.DlockLibrary(true), bench.RedsyncFailFastLibrary()}
 	if !want("allocs") {
@@ -353,6 +416,106 @@ func run(quick bool, reps int, out string) error {
 	}
 
 	return report(r, out)
+}
+
+// contendedConfigs are the contended scenario's configurations.
+var contendedConfigs = []struct {
+	w    int
+	hold time.Duration
+}{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}}
+
+// manyWaitersCluster runs the many-waiters scenario on a Cluster of 3
+// masters that it starts and stops.
+func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyWaitersResult)) error {
+	cl, err := dlocktest.NewCluster(3)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var masters []bench.Server
+	for _, m := range cl.Servers {
+		c := m.Client()
+		defer c.Close()
+		masters = append(masters, bench.Server{Addr: m.Addr(), Admin: c})
+	}
+	res, err := bench.ManyWaiters(masters, true, s.manyWaiters, 30*time.Second, s.waitSettle, s.waitDur)
+	if err != nil {
+		return err
+	}
+	logWaiters(res)
+	r.ManyWaiters = append(r.ManyWaiters, res)
+	return nil
+}
+
+// network runs the uncontended and contended scenarios with every
+// library's clients connected through a fresh dlocktest.Proxy (one per
+// library's run) to single, adding s.netLatency in each direction (the
+// proxy delays each direction by its latency). INFO still goes to the
+// server directly.
+func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Server, libs []bench.Library, log func(string, ...any), flush func()) error {
+	var err error
+	r.NetLatency = s.netLatency
+	if r.NetRTTDirect, r.NetRTT, err = bench.ProxyRTT(single.Addr(), s.netLatency, 500); err != nil {
+		return err
+	}
+	log("network: PING round trip %v through the proxy, %v direct", r.NetRTT, r.NetRTTDirect)
+	proxied := func(f func(addr string) error) error {
+		px, err := dlocktest.NewProxy(single.Addr())
+		if err != nil {
+			return err
+		}
+		defer px.Close()
+		px.SetLatency(s.netLatency)
+		return f(px.Addr())
+	}
+	for _, g := range []int{1, 64} {
+		for rep := 0; rep < s.netReps; rep++ {
+			var row []bench.UncontendedResult
+			for _, lib := range libs {
+				var res bench.UncontendedResult
+				err := proxied(func(addr string) error {
+					var err error
+					res, err = bench.Uncontended(lib, []string{addr}, g, s.netWarm, s.netDur, &srv)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				log("network uncontended g=%d rep %d %-16s %8.0f ops/s  acq p50 %v", g, rep+1, lib.Name, res.OpsPerSec, res.AcqP50)
+				row = append(row, res)
+			}
+			if g == 1 {
+				r.NetUncontended1 = append(r.NetUncontended1, row)
+			} else {
+				r.NetUncontended64 = append(r.NetUncontended64, row)
+			}
+			flush()
+		}
+	}
+	for _, cfg := range contendedConfigs {
+		cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
+		for rep := 0; rep < s.netReps; rep++ {
+			var row []bench.ContendedResult
+			for _, lib := range libs {
+				var res bench.ContendedResult
+				err := proxied(func(addr string) error {
+					var err error
+					res, err = bench.Contended(lib, bench.Server{Addr: addr, Admin: srv.Admin}, cfg.w, cfg.hold, s.netWarm, s.netDur)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				log("network contended W=%d hold=%v rep %d %-16s %7.0f acq/s handoff p50 %v fair %.2f rt %.1f cmds %.1f viol %d err %d",
+					cfg.w, cfg.hold, rep+1, lib.Name, res.AcqPerSec, res.HandoffP50, res.Fairness(), res.RoundTrips, res.Commands, res.Violations, res.Errors)
+				row = append(row, res)
+				flush()
+			}
+			cc.Runs = append(cc.Runs, row)
+		}
+		r.NetContended = append(r.NetContended, cc)
+	}
+	return nil
 }
 
 // report prints the report, and writes it and its charts to out if set.
