@@ -108,20 +108,20 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 	}
 	r.ManyWaiters = append(r.ManyWaiters, mw)
 
-	direct, proxied, err := ProxyRTT(s.Addr(), 100*time.Microsecond, 20)
+	rtt, err := CalibrateProxy(s.Addr(), 100*time.Microsecond, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if proxied < direct+150*time.Microsecond {
-		t.Errorf("PING through a proxy adding 100µs each way: %v, direct %v", proxied, direct)
+	t.Logf("PING round trip: %+v, %v added each way", rtt, rtt.AddedEachWay())
+	if rtt.LatencyProxy < rtt.Direct+100*time.Microsecond || rtt.DlocktestProxy < rtt.Direct+150*time.Microsecond {
+		t.Errorf("PING through proxies adding 100µs each way: %+v", rtt)
 	}
-	r.NetLatency, r.NetRTT, r.NetRTTDirect = 100*time.Microsecond, proxied, direct
-	px, err := dlocktest.NewProxy(s.Addr())
+	r.NetLatency, r.NetRTT = 100*time.Microsecond, rtt
+	px, err := NewLatencyProxy(s.Addr(), rtt.Delay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer px.Close()
-	px.SetLatency(100 * time.Microsecond)
 	var row []UncontendedResult
 	for _, lib := range r.Libraries {
 		u, err := Uncontended(lib, []string{px.Addr()}, 1, 30*time.Millisecond, 150*time.Millisecond, &srv)

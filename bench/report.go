@@ -46,14 +46,13 @@ type Report struct {
 	ManyLocks   []ManyLocksResult
 	ManyWaiters []ManyWaitersResult
 	// The uncontended and contended scenarios again, every client through
-	// a proxy (dlocktest.Proxy) that adds NetLatency each way; NetRTT is
-	// the PING round trip measured through such a proxy, NetRTTDirect the
-	// same without it.
-	NetLatency           time.Duration
-	NetRTT, NetRTTDirect time.Duration
-	NetUncontended1      [][]UncontendedResult
-	NetUncontended64     [][]UncontendedResult
-	NetContended         []ContendedConfig
+	// a LatencyProxy that adds NetLatency each way; NetRTT is the PING
+	// round trip measured directly and through each kind of proxy.
+	NetLatency       time.Duration
+	NetRTT           RTTResult
+	NetUncontended1  [][]UncontendedResult
+	NetUncontended64 [][]UncontendedResult
+	NetContended     []ContendedConfig
 }
 
 // pick returns, per repetition, f of lib's result (NaN when absent).
@@ -654,8 +653,10 @@ func (r *Report) networkMarkdown(w func(string, ...any)) {
 		reps = max(reps, len(c.Runs))
 	}
 	w("## Over a network: %s added each way\n\n", r.NetLatency)
-	w("The uncontended and contended scenarios again, with every library's clients connected through a TCP proxy on loopback (dlocktest.Proxy, a fresh one for each library's run) that holds everything it forwards for %s, in each direction; INFO goes to the server directly. A PING round trip measured %s through such a proxy against %s direct (medians; the sleep overshoots a little). The proxy forwards each direction of a connection one read at a time, so commands pipelined on one connection are batched rather than overlapped as on a real link. %s, medians; ratios are taken in the same repetition (the median of the per-repetition ratios); *vs loopback* is the library's median here over its median in the loopback tables above.\n\n",
-		r.NetLatency, us(float64(r.NetRTT)), us(float64(r.NetRTTDirect)), repetitions(reps))
+	rt := r.NetRTT
+	w("The uncontended and contended scenarios again, with every library's clients connected through a TCP proxy on loopback (bench.LatencyProxy, a fresh one for each library's run), a delay line in each direction: it forwards what it read a fixed delay later, and what is sent meanwhile keeps flowing. The delay, %s, is %s less half of what the proxy's own hop adds to a PING round trip (%s through a proxy without delay, %s direct): through the proxy a PING round trip measured %s, i.e. %s added each way (medians of 500). INFO goes to the server directly. dlocktest.Proxy with `SetLatency(%s)` (also per direction) measured %s: it waits with time.Sleep, and a sleep under a millisecond lasts about a millisecond in an otherwise idle Go process (the runtime's netpoller waits in whole milliseconds), so it is not used here. The proxy runs in the benchmark's process: its CPU is in the client CPU columns. %s, medians; ratios are taken in the same repetition (the median of the per-repetition ratios); *vs loopback* is the library's median here over its median in the loopback tables above.\n\n",
+		us(float64(rt.Delay)), r.NetLatency, us(float64(rt.Hop)), us(float64(rt.Direct)), us(float64(rt.LatencyProxy)), us(float64(rt.AddedEachWay())),
+		r.NetLatency, ms(float64(rt.DlocktestProxy)), repetitions(reps))
 	for _, u := range []struct {
 		title      string
 		runs, base [][]UncontendedResult

@@ -1407,35 +1407,79 @@ func ManyWaiters(nodes []Server, cluster bool, n int, holdTTL, settle, dur time.
 	return res, nil
 }
 
-// ProxyRTT measures the round trip of PING to target, directly and through
-// a fresh proxy with latency, as medians of n calls each.
-func ProxyRTT(target string, latency time.Duration, n int) (direct, proxied time.Duration, err error) {
-	px, err := dlocktest.NewProxy(target)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer px.Close()
-	px.SetLatency(latency)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	med := func(addr string) (time.Duration, error) {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		defer c.Close()
-		var d []time.Duration
-		for i := 0; i < n+10; i++ {
-			t0 := time.Now()
-			if err := c.Ping(ctx).Err(); err != nil {
-				return 0, err
-			}
-			if i >= 10 { // the first dial and warm-up
-				d = append(d, time.Since(t0))
-			}
+// RTTResult is the median PING round trip to a server, directly and
+// through each kind of proxy.
+type RTTResult struct {
+	Direct time.Duration
+	// Hop is through a LatencyProxy with no delay: what the proxy itself
+	// (two more loopback hops, its goroutines) adds.
+	Hop time.Duration
+	// Delay is the LatencyProxy delay chosen so that the proxy adds the
+	// latency asked for each way (the hop included); LatencyProxy is the
+	// round trip through a LatencyProxy with that delay.
+	Delay        time.Duration
+	LatencyProxy time.Duration
+	// DlocktestProxy is through a dlocktest.Proxy with SetLatency(latency).
+	DlocktestProxy time.Duration
+}
+
+// AddedEachWay is what the LatencyProxy adds each way, as measured.
+func (r RTTResult) AddedEachWay() time.Duration { return (r.LatencyProxy - r.Direct) / 2 }
+
+// pingRTT returns the median of n PING round trips to addr, after a
+// warm-up.
+func pingRTT(ctx context.Context, addr string, n int) (time.Duration, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var d []time.Duration
+	for i := 0; i < n+10; i++ {
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			return 0, err
 		}
-		return percentile(d, 50), nil
+		if i >= 10 { // the first dial and warm-up
+			d = append(d, time.Since(t0))
+		}
 	}
-	if direct, err = med(target); err != nil {
-		return 0, 0, err
+	return percentile(d, 50), nil
+}
+
+// proxiedRTT is pingRTT through a fresh LatencyProxy with delay.
+func proxiedRTT(ctx context.Context, target string, delay time.Duration, n int) (time.Duration, error) {
+	lp, err := NewLatencyProxy(target, delay)
+	if err != nil {
+		return 0, err
 	}
-	proxied, err = med(px.Addr())
-	return direct, proxied, err
+	defer lp.Close()
+	return pingRTT(ctx, lp.Addr(), n)
+}
+
+// CalibrateProxy picks the LatencyProxy delay that adds latency each way to
+// target's round trips, the proxy's own hop included: latency less half
+// of what a proxy without delay adds to a PING round trip (medians of n
+// calls). It measures the result, and a dlocktest.Proxy with
+// SetLatency(latency) for comparison.
+func CalibrateProxy(target string, latency time.Duration, n int) (RTTResult, error) {
+	var res RTTResult
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var err error
+	if res.Direct, err = pingRTT(ctx, target, n); err != nil {
+		return res, err
+	}
+	if res.Hop, err = proxiedRTT(ctx, target, 0, n); err != nil {
+		return res, err
+	}
+	res.Delay = max(latency-(res.Hop-res.Direct)/2, 0)
+	if res.LatencyProxy, err = proxiedRTT(ctx, target, res.Delay, n); err != nil {
+		return res, err
+	}
+	dp, err := dlocktest.NewProxy(target)
+	if err != nil {
+		return res, err
+	}
+	defer dp.Close()
+	dp.SetLatency(latency)
+	res.DlocktestProxy, err = pingRTT(ctx, dp.Addr(), n)
+	return res, err
 }

@@ -448,24 +448,27 @@ func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyW
 }
 
 // network runs the uncontended and contended scenarios with every
-// library's clients connected through a fresh dlocktest.Proxy (one per
-// library's run) to single, adding s.netLatency in each direction (the
-// proxy delays each direction by its latency). INFO still goes to the
-// server directly.
+// library's clients connected through a fresh bench.LatencyProxy (one per
+// library's run) to single, adding s.netLatency in each direction, the
+// proxy's own hop included (see bench.CalibrateProxy). (Not
+// dlocktest.Proxy: its SetLatency sleeps with time.Sleep, which adds about
+// a millisecond for anything under one; see LatencyProxy.) INFO still goes
+// to the server directly.
 func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Server, libs []bench.Library, log func(string, ...any), flush func()) error {
 	var err error
 	r.NetLatency = s.netLatency
-	if r.NetRTTDirect, r.NetRTT, err = bench.ProxyRTT(single.Addr(), s.netLatency, 500); err != nil {
+	if r.NetRTT, err = bench.CalibrateProxy(single.Addr(), s.netLatency, 500); err != nil {
 		return err
 	}
-	log("network: PING round trip %v through the proxy, %v direct", r.NetRTT, r.NetRTTDirect)
+	rt := r.NetRTT
+	log("network: PING round trip %v direct, %v through a LatencyProxy without delay, %v with delay %v (%v added each way); %v through a dlocktest.Proxy",
+		rt.Direct, rt.Hop, rt.LatencyProxy, rt.Delay, rt.AddedEachWay(), rt.DlocktestProxy)
 	proxied := func(f func(addr string) error) error {
-		px, err := dlocktest.NewProxy(single.Addr())
+		px, err := bench.NewLatencyProxy(single.Addr(), rt.Delay)
 		if err != nil {
 			return err
 		}
 		defer px.Close()
-		px.SetLatency(s.netLatency)
 		return f(px.Addr())
 	}
 	for _, g := range []int{1, 64} {
