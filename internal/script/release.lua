@@ -164,7 +164,6 @@ elseif ARGV[6] ~= '0' then
   redis.call('DEL', KEYS[4]) -- a lock's holder is its only entry
 end
 
-
 -- The woken waiter: the first live registration that hears of it. At most
 -- 16 are looked at (and dropped) per release; later releases go on.
 local wake = ARGV[5] ~= '0'
