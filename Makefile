@@ -54,7 +54,7 @@ demo: redis
 
 # Benchmarks against the Go peers (bench/, a module of its own so that the
 # library never depends on them): starts its own redis-servers, prints the
-# tables and writes docs/benchmarks.md and the SVG charts (about 15 minutes).
+# tables and writes docs/benchmarks.md and the SVG charts (about 20 minutes).
 # QUICK=1 runs a short version (under a minute) that only checks that it all
 # still works; it writes nothing and its numbers mean nothing.
 bench: redis

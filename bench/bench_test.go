@@ -128,7 +128,7 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if u.Ops == 0 || u.Errors != 0 || u.AcqP50 < 200*time.Microsecond {
+		if u.Ops == 0 || u.Errors != 0 || u.AcqP50 < rtt.Direct+100*time.Microsecond {
 			t.Errorf("uncontended through the proxy: %+v", u)
 		}
 		row = append(row, u)

@@ -667,7 +667,7 @@ func (r *Report) networkMarkdown(w func(string, ...any)) {
 		w("### Uncontended over the network, %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
 		w("%s\n", r.uncontendedTable(u.runs, true, u.base))
 	}
-	for _, c := range r.NetContended {
+	for i, c := range r.NetContended {
 		var base *ContendedConfig
 		for i, b := range r.Contended {
 			if b.Workers == c.Workers && b.Hold == c.Hold {
@@ -675,7 +675,11 @@ func (r *Report) networkMarkdown(w func(string, ...any)) {
 			}
 		}
 		w("### Contended over the network: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
-		w("As the contended tables above, through the proxy. %s\n\n", contendedLegend)
+		if i == 0 {
+			w("The contended scenario through the proxy: one key; every worker is its own process (own client, own locker), acquires, holds the lock for the hold time (a sleep), releases, and at once asks again. %s\n\n", contendedLegend)
+		} else {
+			w("As the first contended table over the network, with W=%d and hold %s.\n\n", c.Workers, c.Hold)
+		}
 		w("%s\n", r.contendedTable(c, true, base))
 	}
 }

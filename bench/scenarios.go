@@ -1435,7 +1435,7 @@ func pingRTT(ctx context.Context, addr string, n int) (time.Duration, error) {
 	for i := 0; i < n+10; i++ {
 		t0 := time.Now()
 		if err := c.Ping(ctx).Err(); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("PING %d: %w", i, err)
 		}
 		if i >= 10 { // the first dial and warm-up
 			d = append(d, time.Since(t0))
@@ -1465,14 +1465,14 @@ func CalibrateProxy(target string, latency time.Duration, n int) (RTTResult, err
 	defer cancel()
 	var err error
 	if res.Direct, err = pingRTT(ctx, target, n); err != nil {
-		return res, err
+		return res, fmt.Errorf("calibrate proxy: direct: %w", err)
 	}
 	if res.Hop, err = proxiedRTT(ctx, target, 0, n); err != nil {
-		return res, err
+		return res, fmt.Errorf("calibrate proxy: no delay: %w", err)
 	}
 	res.Delay = max(latency-(res.Hop-res.Direct)/2, 0)
 	if res.LatencyProxy, err = proxiedRTT(ctx, target, res.Delay, n); err != nil {
-		return res, err
+		return res, fmt.Errorf("calibrate proxy: delay %s: %w", res.Delay, err)
 	}
 	dp, err := dlocktest.NewProxy(target)
 	if err != nil {
@@ -1480,6 +1480,8 @@ func CalibrateProxy(target string, latency time.Duration, n int) (RTTResult, err
 	}
 	defer dp.Close()
 	dp.SetLatency(latency)
-	res.DlocktestProxy, err = pingRTT(ctx, dp.Addr(), n)
-	return res, err
+	if res.DlocktestProxy, err = pingRTT(ctx, dp.Addr(), n); err != nil {
+		return res, fmt.Errorf("calibrate proxy: dlocktest.Proxy: %w", err)
+	}
+	return res, nil
 }
