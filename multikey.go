@@ -51,7 +51,7 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...LockOpti
 		if k := tries[i].k; k != nil {
 			extra = append(extra, k)
 		} else if final(ctx, tries[i].err) {
-			return nil, giveBackAll(ctx, append(extra, takenIn(tries, order)...), tries[i].err)
+			return nil, giveBackAll(ctx, takenIn(tries, order), tries[i].err)
 		}
 	}
 	for _, i := range order[:next] {

@@ -200,6 +200,26 @@ func TestAcquireAllCancelled(t *testing.T) {
 	_ = h.Release(ctx(t))
 }
 
+// TestAcquireAllRefused: a key that the nodes refuse for good (held with
+// another limit) fails AcquireAll at once, and the keys granted with it are
+// released.
+func TestAcquireAllRefused(t *testing.T) {
+	l, _, c := single(t)
+	other := newLocker(t, c)
+	sem, err := other.Acquire(ctx(t), "mm-b", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Release(ctx(t))
+	ks, err := l.AcquireAll(ctx(t), []string{"mm-c", "mm-b", "mm-a"})
+	if ks != nil || !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("AcquireAll with a key held as a semaphore = %v, %v; want ErrMisconfigured", ks, err)
+	}
+	if n := c.Exists(ctx(t), "dlock:{mm-a}", "dlock:{mm-c}").Val(); n != 0 {
+		t.Errorf("%d keys left held after AcquireAll was refused", n)
+	}
+}
+
 // TestAcquireAllShared: AcquireAll with WithShared takes shared holds of
 // every key, which other shared holds share and a writer waits for.
 func TestAcquireAllShared(t *testing.T) {
