@@ -232,27 +232,22 @@ func (l *Locker) Close() error {
 	l.renewCancel()
 
 	errs := make([]error, len(locks))
-	var wg sync.WaitGroup
-	for i, k := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// The holder first, the key after: nobody else may take the
-			// lock while its holder still works under it.
-			held := k.held()
-			k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
-			r := k.release(context.Background())
-			switch {
-			case r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld):
-				errs[i] = r.roundErr
-			case r.roundErr == nil && held:
-				// A leadership given back: observers hear of the vacancy
-				// now, not when its TTL would have run out.
-				k.resigned()
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(len(locks), func(i int) {
+		k := locks[i]
+		// The holder first, the key after: nobody else may take the
+		// lock while its holder still works under it.
+		held := k.held()
+		k.markLost(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		r := k.release(context.Background())
+		switch {
+		case r.roundErr != nil && !errors.Is(r.roundErr, ErrNotHeld):
+			errs[i] = r.roundErr
+		case r.roundErr == nil && held:
+			// A leadership given back: observers hear of the vacancy
+			// now, not when its TTL would have run out.
+			k.resigned()
+		}
+	})
 	// The waiting calls return ErrClosed at once, and one in an attempt
 	// when the attempt ends (within its node timeout); on the way out they
 	// leave the waiting queue (see putKeyState). The clean-up then runs
@@ -280,6 +275,24 @@ func (l *Locker) Close() error {
 		n.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// atOnce runs f(0), …, f(n-1) each on a goroutine of its own (one alone on
+// the caller's), and returns when all have returned.
+func atOnce(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // waitAtMost waits for wait to return, for at most d.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // AcquireAll acquires the locks named keys, every one or none, waiting as
@@ -117,19 +116,7 @@ type try struct {
 // tryAll makes one attempt on every key at once.
 func (l *Locker) tryAll(ctx context.Context, keys []string, opts []LockOption) []try {
 	tries := make([]try, len(keys))
-	if len(keys) == 1 {
-		tries[0].k, tries[0].err = l.TryAcquire(ctx, keys[0], opts...)
-		return tries
-	}
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tries[i].k, tries[i].err = l.TryAcquire(ctx, key, opts...)
-		}()
-	}
-	wg.Wait()
+	atOnce(len(keys), func(i int) { tries[i].k, tries[i].err = l.TryAcquire(ctx, keys[i], opts...) })
 	return tries
 }
 
@@ -186,16 +173,10 @@ func releaseAll(ctx context.Context, locks []*Lock) error {
 	}
 	rctx := context.WithoutCancel(ctx)
 	errs := make([]error, len(locks))
-	var wg sync.WaitGroup
-	for i, k := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := k.Release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
-				errs[i] = err
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(len(locks), func(i int) {
+		if err := locks[i].Release(rctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs[i] = err
+		}
+	})
 	return errors.Join(errs...)
 }

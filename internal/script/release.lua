@@ -100,15 +100,17 @@ local function pop(w)
   return heard
 end
 -- wakeReaders wakes the shared waiters at the head of the queue, up to the
--- next writer: after a writer's intent went, they may no longer wait.
-local function wakeReaders()
-  for _ = 1, 101 do
+-- next writer and at most n, and appends those that heard of it to woken.
+local function wakeReaders(n, woken)
+  for _ = 1, n do
     local w = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not w or not reader(w) then
       break
     end
     redis.call('ZREM', KEYS[2], w)
-    pop(w)
+    if pop(w) then
+      woken[#woken + 1] = w
+    end
   end
 end
 if ARGV[8] ~= '0' then
@@ -137,7 +139,8 @@ local shared = false -- the key's permits are shared holds
 -- writer's intent kept out are woken if no exclusive hold keeps them out.
 local function nothing()
   if intentGone and type(v) ~= 'string' then
-    wakeReaders()
+    -- After a writer's intent went, they may no longer wait.
+    wakeReaders(101, {})
   end
   return 0
 end
@@ -187,16 +190,7 @@ local nxt = woken[1]
 -- group: readers woken onto a lock or shared holds (not a semaphore's).
 local group = nxt and reader(nxt) and (shared or not sem)
 if group then
-  for _ = 1, 100 do
-    local after = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not after or not reader(after) then
-      break
-    end
-    redis.call('ZREM', KEYS[2], after)
-    if pop(after) then
-      woken[#woken + 1] = after
-    end
-  end
+  wakeReaders(100, woken)
 end
 
 local reserve = nxt and tonumber(ARGV[3]) > 0
