@@ -90,6 +90,23 @@ func parseStats(info string) ServerStats {
 	return st
 }
 
+// counters are what a measured window reads at each of its ends: the
+// commands the clients sent, this process's CPU time, and the servers'
+// counters.
+type counters struct {
+	sent  int64
+	cpu   time.Duration
+	stats ServerStats
+}
+
+// readCounters reads them, the servers' with stats.
+func readCounters(ctx context.Context, sent *Counter, stats func(context.Context) (ServerStats, error)) (counters, error) {
+	c := counters{sent: sent.Load(), cpu: processCPU()}
+	var err error
+	c.stats, err = stats(ctx)
+	return c, err
+}
+
 // processCPU returns the CPU time (user + system) this process has used.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -358,11 +375,9 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 	sctx, scancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
 	defer scancel()
 	time.Sleep(time.Until(mStart))
-	sent0, cpu0 := sent.Load(), processCPU()
-	st0, err0 := srv.Stats(sctx)
+	c0, err0 := readCounters(sctx, sent, srv.Stats)
 	time.Sleep(time.Until(mEnd))
-	sent1, cpu1 := sent.Load(), processCPU()
-	st1, err1 := srv.Stats(sctx)
+	c1, err1 := readCounters(sctx, sent, srv.Stats)
 	cancel()
 	wg.Wait()
 	if err := errors.Join(err0, err1); err != nil {
@@ -409,10 +424,10 @@ func Contended(lib Library, srv Server, w int, hold, warm, dur time.Duration) (C
 		res.SelfShare = float64(self) / float64(len(handoffs))
 	}
 	if a := res.Acquisitions; a > 0 {
-		res.RoundTrips = float64(sent1-sent0) / float64(a)
-		res.Commands = float64(st1.Commands-st0.Commands) / float64(a)
-		res.ClientCPU = (cpu1 - cpu0) / time.Duration(a)
-		res.RedisCPU = (st1.CPU - st0.CPU) / time.Duration(a)
+		res.RoundTrips = float64(c1.sent-c0.sent) / float64(a)
+		res.Commands = float64(c1.stats.Commands-c0.stats.Commands) / float64(a)
+		res.ClientCPU = (c1.cpu - c0.cpu) / time.Duration(a)
+		res.RedisCPU = (c1.stats.CPU - c0.stats.CPU) / time.Duration(a)
 	}
 	res.Violations = violations.Load()
 	res.Errors = errs.Load()
@@ -473,21 +488,19 @@ func Idle(lib Library, srv Server, n int, settle, dur time.Duration) (IdleResult
 		}()
 	}
 	time.Sleep(settle)
-	sent0, cpu0 := sent.Load(), processCPU()
-	st0, err0 := srv.Stats(ctx)
+	c0, err0 := readCounters(ctx, sent, srv.Stats)
 	time.Sleep(dur)
-	sent1, cpu1 := sent.Load(), processCPU()
-	st1, err1 := srv.Stats(ctx)
+	c1, err1 := readCounters(ctx, sent, srv.Stats)
 	cancel()
 	wg.Wait()
 	_ = held.Unlock(hctx)
 	if err := errors.Join(err0, err1); err != nil {
 		return res, err
 	}
-	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / dur.Seconds()
-	res.RoundTripsPerSec = float64(sent1-sent0) / dur.Seconds()
-	res.ClientCPU = cpu1 - cpu0
-	res.RedisCPU = st1.CPU - st0.CPU
+	res.CommandsPerSec = float64(c1.stats.Commands-c0.stats.Commands) / dur.Seconds()
+	res.RoundTripsPerSec = float64(c1.sent-c0.sent) / dur.Seconds()
+	res.ClientCPU = c1.cpu - c0.cpu
+	res.RedisCPU = c1.stats.CPU - c0.stats.CPU
 	res.Errors = errs.Load()
 	return res, nil
 }
@@ -710,11 +723,9 @@ func ReadWrite(srv Server, readers int, hold, warm, dur time.Duration) (ReadWrit
 	sctx, scancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
 	defer scancel()
 	time.Sleep(time.Until(mStart))
-	sent0 := sent.Load()
-	st0, err0 := srv.Stats(sctx)
+	c0, err0 := readCounters(sctx, sent, srv.Stats)
 	time.Sleep(time.Until(mEnd))
-	sent1 := sent.Load()
-	st1, err1 := srv.Stats(sctx)
+	c1, err1 := readCounters(sctx, sent, srv.Stats)
 	cancel()
 	wg.Wait()
 	if err := errors.Join(err0, err1); err != nil {
@@ -727,8 +738,8 @@ func ReadWrite(srv Server, readers int, hold, warm, dur time.Duration) (ReadWrit
 	res.WriterWaitP50, res.WriterWaitP99 = percentile(writerWaits, 50), percentile(writerWaits, 99)
 	res.ReaderWaitP50, res.ReaderWaitP99 = percentile(readerWaits, 50), percentile(readerWaits, 99)
 	if holds := res.Reads + res.Writes; holds > 0 {
-		res.RoundTrips = float64(sent1-sent0) / float64(holds)
-		res.Commands = float64(st1.Commands-st0.Commands) / float64(holds)
+		res.RoundTrips = float64(c1.sent-c0.sent) / float64(holds)
+		res.Commands = float64(c1.stats.Commands-c0.stats.Commands) / float64(holds)
 	}
 	res.Violations = violations.Load()
 	res.Errors = errs.Load()
@@ -875,11 +886,9 @@ func Multi(srv Server, v MultiVariant, workers, procs, nkeys, perOp int, hold, w
 	sctx, scancel := context.WithTimeout(context.Background(), warm+dur+30*time.Second)
 	defer scancel()
 	time.Sleep(time.Until(mStart))
-	sent0 := sent.Load()
-	st0, err0 := srv.Stats(sctx)
+	c0, err0 := readCounters(sctx, sent, srv.Stats)
 	time.Sleep(time.Until(mEnd))
-	sent1 := sent.Load()
-	st1, err1 := srv.Stats(sctx)
+	c1, err1 := readCounters(sctx, sent, srv.Stats)
 	cancel()
 	wg.Wait()
 	if err := errors.Join(err0, err1); err != nil {
@@ -889,8 +898,8 @@ func Multi(srv Server, v MultiVariant, workers, procs, nkeys, perOp int, hold, w
 	res.AcqPerSec = float64(res.Acquisitions) / dur.Seconds()
 	res.WaitP50, res.WaitP99 = percentile(waits, 50), percentile(waits, 99)
 	if a := res.Acquisitions; a > 0 {
-		res.RoundTrips = float64(sent1-sent0) / float64(a)
-		res.Commands = float64(st1.Commands-st0.Commands) / float64(a)
+		res.RoundTrips = float64(c1.sent-c0.sent) / float64(a)
+		res.Commands = float64(c1.stats.Commands-c0.stats.Commands) / float64(a)
 	}
 	res.Violations = violations.Load()
 	res.Errors = errs.Load()
@@ -1115,12 +1124,10 @@ func ManyLocks(srv Server, n int, ttl, dur time.Duration, par int) (ManyLocksRes
 	res.HeapPerLock = (float64(heap1) - float64(heap0)) / float64(n)
 	res.GoroutinesPerLock = float64(g1-g0) / float64(n)
 
-	sent0, cpu0 := sent.Load(), processCPU()
-	st0, err0 := srv.Stats(ctx)
+	c0, err0 := readCounters(ctx, sent, srv.Stats)
 	w0 := time.Now()
 	time.Sleep(dur)
-	sent1, cpu1 := sent.Load(), processCPU()
-	st1, err1 := srv.Stats(ctx)
+	c1, err1 := readCounters(ctx, sent, srv.Stats)
 	wall := time.Since(w0)
 	if err := errors.Join(err0, err1); err != nil {
 		return res, err
@@ -1134,12 +1141,12 @@ func ManyLocks(srv Server, n int, ttl, dur time.Duration, par int) (ManyLocksRes
 		}
 	}
 	res.Window = wall
-	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / wall.Seconds()
-	res.SentPerSec = float64(sent1-sent0) / wall.Seconds()
-	res.Scripts = st1.Scripts - st0.Scripts
+	res.CommandsPerSec = float64(c1.stats.Commands-c0.stats.Commands) / wall.Seconds()
+	res.SentPerSec = float64(c1.sent-c0.sent) / wall.Seconds()
+	res.Scripts = c1.stats.Scripts - c0.stats.Scripts
 	res.ScriptsPerLockInterval = float64(res.Scripts) / float64(n) / (float64(wall) / float64(ttl/3))
-	res.ClientCPU = 100 * float64(cpu1-cpu0) / float64(wall)
-	res.RedisCPU = 100 * float64(st1.CPU-st0.CPU) / float64(wall)
+	res.ClientCPU = 100 * float64(c1.cpu-c0.cpu) / float64(wall)
+	res.RedisCPU = 100 * float64(c1.stats.CPU-c0.stats.CPU) / float64(wall)
 	res.ReleaseErrors = releaseAll(locks, par)
 	locks = nil
 	return res, nil
@@ -1325,20 +1332,19 @@ func ManyWaiters(nodes []Server, cluster bool, n int, holdTTL, settle, dur time.
 	res.RegisterTime = time.Since(base)
 	time.Sleep(settle)
 
-	sent0, cpu0 := sent.Load(), processCPU()
-	st0, err0 := statsAll(ctx, nodes)
+	nodesStats := func(ctx context.Context) (ServerStats, error) { return statsAll(ctx, nodes) }
+	c0, err0 := readCounters(ctx, sent, nodesStats)
 	w0 := time.Now()
 	time.Sleep(dur)
-	sent1, cpu1 := sent.Load(), processCPU()
-	st1, err1 := statsAll(ctx, nodes)
+	c1, err1 := readCounters(ctx, sent, nodesStats)
 	wall := time.Since(w0)
 	if err := errors.Join(err0, err1); err != nil {
 		return res, err
 	}
 	res.Window = wall
-	res.SentPerSec = float64(sent1-sent0) / wall.Seconds()
-	res.CommandsPerSec = float64(st1.Commands-st0.Commands) / wall.Seconds()
-	res.ClientCPU = 100 * float64(cpu1-cpu0) / float64(wall)
+	res.SentPerSec = float64(c1.sent-c0.sent) / wall.Seconds()
+	res.CommandsPerSec = float64(c1.stats.Commands-c0.stats.Commands) / wall.Seconds()
+	res.ClientCPU = 100 * float64(c1.cpu-c0.cpu) / float64(wall)
 	for _, s := range nodes {
 		list, err := s.Admin.ClientList(ctx).Result()
 		if err != nil {
