@@ -77,7 +77,13 @@
 // # Renewal and the lost-lock signal
 //
 // A held lock is renewed every TTL/3 on all nodes; a renewal counts when a
-// quorum confirms it within its validity. [Lock.Lost] closes (and the context
+// quorum confirms it within its validity. The locks of a Locker that fall
+// due close together are renewed together, one script call per node for up
+// to 64 of them (on a Cluster, those of one hash slot): a renewal may come
+// up to TTL/6 early, never late, and each lock of the batch counts its
+// validity from the start of the batch's round, is refused or lost alone,
+// and gets its Lost signal as if renewed alone. A renewal that failed is
+// retried alone. [Lock.Lost] closes (and the context
 // [Locker.Do] passes on is cancelled) as soon as a quorum says the lock is no
 // longer ours, or when the validity of the last confirmed round runs out
 // without a new confirmation. Because the validity is counted from the start

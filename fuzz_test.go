@@ -9,29 +9,6 @@ import (
 	"github.com/dlock-dev/dlock/internal/keys"
 )
 
-// hashSlot is Redis Cluster's key slot: CRC16 of the hash tag (the text
-// between the first '{' and the first '}' after it, if not empty), else of
-// the whole key, modulo 16384.
-func hashSlot(key string) int {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
-
 // FuzzNames: for every key and prefix a user can pass, a lock's keys share
 // one Cluster slot, and two different keys never share a lock name.
 func FuzzNames(f *testing.F) {
@@ -53,14 +30,14 @@ func FuzzNames(f *testing.F) {
 			return
 		}
 		n := keys.Make(l.cfg.prefix, key)
-		slot := hashSlot(n.Lock)
+		slot := keys.Slot(n.Lock)
 		ks := []string{n.Fence, n.Waiters, n.Leases, n.Meta}
 		for _, k := range append(append(append(n.AcquireKeys[:], n.ReleaseKeys[:]...), n.ExtendKeys[:]...), n.RaiseKeys[:]...) {
 			ks = append(ks, k.(string))
 		}
 		for _, k := range ks {
-			if hashSlot(k) != slot {
-				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, hashSlot(k), n.Lock, slot)
+			if keys.Slot(k) != slot {
+				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, keys.Slot(k), n.Lock, slot)
 			}
 		}
 		o := keys.Make(l.cfg.prefix, other)

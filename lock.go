@@ -64,8 +64,11 @@ type Lock struct {
 	answered    chan struct{}
 	// timer fires at the earlier of renewAt (zero: no renewal due) and the
 	// time the lost-lock signal is due (see untilLost); tick handles both.
-	timer     *time.Timer
-	renewAt   time.Time
+	timer   *time.Timer
+	renewAt time.Time
+	// batchAt is the grid instant (Unix ms) at which the lock's renewal
+	// is due with others (see renewals); 0: none.
+	batchAt   int64
 	onLostFns []func(cause error)
 }
 
@@ -104,10 +107,10 @@ func (k *Lock) start(start time.Time) bool {
 	}
 	l.locks[k] = struct{}{}
 	k.events.started(start)
-	if k.autoRenew {
-		k.renewAt = start.Add(k.ttl / 3)
-	}
 	k.arm()
+	if k.autoRenew {
+		k.planRenewal(time.Until(start.Add(k.ttl / 3)))
+	}
 	return true
 }
 

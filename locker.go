@@ -56,6 +56,8 @@ type Locker struct {
 	// stops).
 	renewCtx    context.Context
 	renewCancel context.CancelFunc
+	// renewals is the schedule of the renewals due together.
+	renewals renewals
 	// bg is cancelled when Close ends: background clean-up stops.
 	bg       context.Context
 	bgCancel context.CancelFunc
@@ -230,6 +232,7 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 	l.renewCancel()
+	l.renewals.stop()
 
 	errs := make([]error, len(locks))
 	atOnce(len(locks), func(i int) {

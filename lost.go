@@ -46,7 +46,7 @@ func (k *Lock) stopTimers() {
 	if k.timer != nil {
 		k.timer.Stop()
 	}
-	k.renewAt = time.Time{}
+	k.renewAt, k.batchAt = time.Time{}, 0
 }
 
 func (k *Lock) forget() {

@@ -63,25 +63,37 @@ func (k *Lock) held() bool {
 // (regain). A lock whose validity has run out, or that a quorum no longer
 // holds, is reported lost; with auto-renewal, a failure is retried soon.
 func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) error {
-	l := k.l
-	n := len(l.nodes)
 	start := time.Now()
-	bound := start.Add(ttl - drift(ttl))
 	k.mu.Lock()
 	// A command with a shorter TTL than the lock's may shorten it if it
 	// runs after a later one.
 	shortens := ttl < k.ttl
 	k.mu.Unlock()
-	results, missing, recorded := k.fanout(ctx, ttl, timeout, l.nodes, nil, "0")
+	results, missing, recorded := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
+	err, free := k.settleRound(ttl, start, shortens, results, missing, recorded)
+	if len(free) > 0 {
+		k.regain(ctx, ttl, min(timeout, k.l.nodeTimeout(ttl)), free)
+	}
+	return err
+}
+
+// settleRound records the answers of an extend round begun at start (a
+// lock's own, or a batch's: see renewBatch), closes recorded, and reports
+// the round's error; the lock is marked lost, or its next renewal
+// scheduled. free lists the nodes to take back (regain) when a quorum
+// confirmed and others found the key free.
+func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded chan struct{}) (err error, free []int) {
+	l := k.l
+	n := len(l.nodes)
+	bound := start.Add(ttl - drift(ttl))
 	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	k.mu.Lock()
 	k.recordRound(results, nil, start, bound, shortens)
 	close(recorded)
 	if k.lost || k.released {
 		k.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
+		return fmt.Errorf("%w: %q", ErrNotHeld, k.key), nil
 	}
-	var err error
 	switch class := o.class(ErrNotHeld); {
 	case class == nil && time.Now().Before(bound):
 		k.ttl = ttl
@@ -98,11 +110,12 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		k.arm()
 		switch {
 		case err == nil && k.autoRenew:
-			// Every TTL/3, or sooner if a cap left less validity.
-			k.scheduleRenew(min(time.Until(start.Add(ttl/3)), time.Until(k.validUntil)/3))
+			// Every TTL/3, or sooner if a cap left less validity: with the
+			// locks due then (see renewals).
+			k.scheduleRenewal(min(time.Until(start.Add(ttl/3)), time.Until(k.validUntil)/3))
 		case err != nil && k.autoRenew:
-			// Transient: try again soon, until the validity runs out (then
-			// the expiry timer reports the loss).
+			// Transient: try again soon, alone, until the validity runs out
+			// (then the expiry timer reports the loss).
 			k.scheduleRenew(min(max(k.untilLost()/4, time.Millisecond), l.nodeTimeout(ttl)))
 		}
 	}
@@ -118,7 +131,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 			err = fmt.Errorf("%w: %q: no validity left", ErrNotHeld, k.key)
 		}
 		k.markLost(cause)
-		return err
+		return err, nil
 	}
 	if err != nil && l.hook != nil {
 		l.hook.Event(k.eventCtx(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
@@ -128,9 +141,9 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 		// one: take back the nodes where the key is free (it expired there
 		// while the node was away, or a contender of a split vote let it
 		// go), so that the lock survives the loss of a minority again.
-		k.regain(ctx, ttl, min(timeout, l.nodeTimeout(ttl)), o.free)
+		return nil, o.free
 	}
-	return err
+	return err, nil
 }
 
 // regain sets the key on the given nodes, where it was just found free,
@@ -162,16 +175,16 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	ttlArg, fenceArg := l.ttlArg(ttl), strconv.FormatUint(k.fence, 10)
+	g := k.extendGroup(ttl, regain)
 	need := k.quorum
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			argv := script.ExtendArgs{Token: k.tokenArg, TTL: ttlArg, Regain: regain, Metadata: k.metadata, Limit: limitArg(k.limit, k.shared), Fence: fenceArg, Retention: l.retentionArg}
-			v, err := l.runScript(ctx, c, timeout, script.Extend, argv.Command(k.names.ExtendKeys[:]))
-			return script.IntReply("extend", v, err)
+			v, err := l.runScript(ctx, c, timeout, script.Extend, g.Args.Command(g.Keys))
+			vals, errs := script.ExtendReplies(v, err, 1)
+			return vals[0], errs[0]
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
 			return quorum.Decided(rs, suspects, len(nodes), need, confirmed)
@@ -187,6 +200,15 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		missing[i].Node = node(missing[i].Node)
 	}
 	return results, missing, recorded
+}
+
+// extendGroup is the lock's group of an extend.lua call (see
+// script.ExtendBatch) for ttl; regain is its ARGV[3].
+func (k *Lock) extendGroup(ttl time.Duration, regain string) script.ExtendGroup {
+	return script.ExtendGroup{Keys: k.names.ExtendKeys[:], Args: script.ExtendArgs{
+		Token: k.tokenArg, TTL: k.l.ttlArg(ttl), Regain: regain, Metadata: k.metadata,
+		Limit: limitArg(k.limit, k.shared), Fence: strconv.FormatUint(k.fence, 10), Retention: k.l.retentionArg,
+	}}
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum

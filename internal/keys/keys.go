@@ -5,6 +5,7 @@ package keys
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 )
 
@@ -92,4 +93,27 @@ func (c *Cache) Get(key string) *Names {
 	n := Make(c.prefix, key)
 	slot.Store(n)
 	return n
+}
+
+// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag (the text between its first '{' and the first '}' after it, when
+// not empty), or of the whole key, modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }

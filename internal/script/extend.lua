@@ -2,6 +2,16 @@
 -- take the key back where it is free. Keep the fence counter alive as long
 -- as the holder.
 --
+-- It does so for one lock or several at once (a Locker's renewals of the
+-- locks due together, see the root package's renewals.go): KEYS and ARGV
+-- are groups of 5 keys and 7 arguments, one group per lock, each group as
+-- below; on a Cluster every group's keys are in one slot. The reply is an
+-- array with one element per group, in order: the group's reply below, or
+-- its error reply. An error of one group (a key of another type) comes
+-- before that group writes anything, and the other groups run as if it
+-- were alone.
+--
+-- For one group:
 -- KEYS[1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
 -- KEYS[2] metadata       prefix{K}:meta (see acquire.lua)
 -- KEYS[3] limit          prefix{K}:limit (a semaphore's)
@@ -22,7 +32,7 @@
 -- ARGV[6] fence          the holder's fence (a decimal string)
 -- ARGV[7] retention      ms the fence counter lives after its last use
 --
--- Returns 1 if the key held ARGV[1] (or was free and ARGV[3] is "1") and its
+-- Its reply is 1 if the key held ARGV[1] (or was free and ARGV[3] is "1") and its
 -- TTL was set, 0 if it holds another value (another owner, a reservation),
 -- -1 if it is free. For a semaphore: 1 if ARGV[1] is a live permit (or a
 -- permit was free and ARGV[3] is "1"), and its expiry was set; -1 if it is
@@ -40,121 +50,146 @@
 -- this node and counted its own). The comparison is on decimal strings (length first),
 -- exact for any 64-bit value. Errors (keys of another type) come before any
 -- write.
-local token, fence = ARGV[1], ARGV[6]
-local c = redis.pcall('GET', KEYS[4])
-if type(c) == 'table' then
-  return c -- WRONGTYPE: not written by dlock
-end
--- buried reports whether the token was buried (see release.lua): a regain
--- of it, run late, must not set the key again.
-local function buried()
-  local d = redis.call('ZSCORE', KEYS[5], token)
-  if not d then
-    return false
-  end
-  local t = redis.call('TIME')
-  return tonumber(d) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
--- below reports whether the decimal string a is less than b.
-local function below(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
--- keep refreshes the counter for a holder that lives ttl ms more.
-local function keep(ttl)
-  local life = math.max(tonumber(ARGV[7]), ttl)
-  if not c or not string.match(c, '^[1-9]%d*$') or below(c, fence) then
+-- extend is the work of one group, given the group's keys and arguments as
+-- its KEYS and ARGV, numbered as above.
+local function extend(KEYS, ARGV)
+  local token, fence = ARGV[1], ARGV[6]
+  local c = redis.pcall('GET', KEYS[4])
+  if type(c) == 'table' then
+    return c -- WRONGTYPE: not written by dlock
+  end
+  -- buried reports whether the token was buried (see release.lua): a regain
+  -- of it, run late, must not set the key again.
+  local function buried()
+    local d = redis.call('ZSCORE', KEYS[5], token)
+    if not d then
+      return false
+    end
     local t = redis.call('TIME')
-    local v = t[1] .. string.format('%06d', tonumber(t[2]))
-    if below(v, fence) then
-      v = fence
-    end
-    redis.call('SET', KEYS[4], v, 'PX', life)
-    return
+    return tonumber(d) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
-  local left = redis.call('PTTL', KEYS[4])
-  if left >= 0 and left < life then
-    redis.call('PEXPIRE', KEYS[4], life)
-  end
-end
--- holder writes the holder's entries (its metadata, its fence), if it has
--- metadata, and has them live ttl ms more (PEXPIRE), or until last
--- (PEXPIREAT).
-local function holder(ttl, last)
-  if ARGV[4] == '' then
-    return
-  end
-  redis.call('HSET', KEYS[2], token, ARGV[4], 'f:' .. token, fence)
-  if last then
-    redis.call('PEXPIREAT', KEYS[2], last)
-  else
-    redis.call('PEXPIRE', KEYS[2], ttl)
-  end
-end
 
-if ARGV[5] ~= '1' then
-  local ty = redis.call('TYPE', KEYS[1])['ok']
-  if ty ~= 'zset' and ty ~= 'none' then
-    return 0
+  -- below reports whether the decimal string a is less than b.
+  local function below(a, b)
+    return #a < #b or (#a == #b and a < b)
   end
-  if ARGV[4] ~= '' then
-    local hty = redis.call('TYPE', KEYS[2])['ok']
-    if hty ~= 'hash' and hty ~= 'none' then
-      return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[2] .. ' holds another type')
+  -- keep refreshes the counter for a holder that lives ttl ms more.
+  local function keep(ttl)
+    local life = math.max(tonumber(ARGV[7]), ttl)
+    if not c or not string.match(c, '^[1-9]%d*$') or below(c, fence) then
+      local t = redis.call('TIME')
+      local v = t[1] .. string.format('%06d', tonumber(t[2]))
+      if below(v, fence) then
+        v = fence
+      end
+      redis.call('SET', KEYS[4], v, 'PX', life)
+      return
+    end
+    local left = redis.call('PTTL', KEYS[4])
+    if left >= 0 and left < life then
+      redis.call('PEXPIRE', KEYS[4], life)
     end
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local s = redis.call('ZSCORE', KEYS[1], token)
-  local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-  local held = redis.call('GET', KEYS[3])
-  local ours = s and tonumber(s) > now
-  if not ours then
-    local cap = tonumber(ARGV[5])
-    if cap == 0 then
-      cap = math.huge -- shared holds
+  -- holder writes the holder's entries (its metadata, its fence), if it has
+  -- metadata, and has them live ttl ms more (PEXPIRE), or until last
+  -- (PEXPIREAT).
+  local function holder(ttl, last)
+    if ARGV[4] == '' then
+      return
     end
-    if live >= cap or (live > 0 and held and held ~= ARGV[5]) then
+    redis.call('HSET', KEYS[2], token, ARGV[4], 'f:' .. token, fence)
+    if last then
+      redis.call('PEXPIREAT', KEYS[2], last)
+    else
+      redis.call('PEXPIRE', KEYS[2], ttl)
+    end
+  end
+
+  if ARGV[5] ~= '1' then
+    local ty = redis.call('TYPE', KEYS[1])['ok']
+    if ty ~= 'zset' and ty ~= 'none' then
       return 0
     end
-    if ARGV[3] ~= '1' or buried() then
-      return -1
+    if ARGV[4] ~= '' then
+      local hty = redis.call('TYPE', KEYS[2])['ok']
+      if hty ~= 'hash' and hty ~= 'none' then
+        return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[2] .. ' holds another type')
+      end
     end
-  end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-  if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-    for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- metadata of another type: left alone
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local s = redis.call('ZSCORE', KEYS[1], token)
+    local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+    local held = redis.call('GET', KEYS[3])
+    local ours = s and tonumber(s) > now
+    if not ours then
+      local cap = tonumber(ARGV[5])
+      if cap == 0 then
+        cap = math.huge -- shared holds
+      end
+      if live >= cap or (live > 0 and held and held ~= ARGV[5]) then
+        return 0
+      end
+      if ARGV[3] ~= '1' or buried() then
+        return -1
+      end
     end
-  end
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[1], last)
-  redis.call('SET', KEYS[3], ARGV[5])
-  redis.call('PEXPIREAT', KEYS[3], last)
-  -- The permits share the metadata hash: it lives as long as the last of
-  -- them, and each renewal writes its own entries again.
-  holder(nil, last)
-  keep(tonumber(last) - now)
-  return 1
-end
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  return 0 -- a semaphore's holders now
-end
-if v == token or (v == false and ARGV[3] == '1' and not buried()) then
-  -- The metadata first: a key of another type fails here, before anything
-  -- is written.
-  holder(ARGV[2])
-  keep(tonumber(ARGV[2]))
-  if v == false then
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+    if #gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+      for _, m in ipairs(gone) do
+        redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- metadata of another type: left alone
+      end
+    end
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+    redis.call('PEXPIREAT', KEYS[1], last)
+    redis.call('SET', KEYS[3], ARGV[5])
+    redis.call('PEXPIREAT', KEYS[3], last)
+    -- The permits share the metadata hash: it lives as long as the last of
+    -- them, and each renewal writes its own entries again.
+    holder(nil, last)
+    keep(tonumber(last) - now)
     return 1
   end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'table' then
+    return 0 -- a semaphore's holders now
+  end
+  if v == token or (v == false and ARGV[3] == '1' and not buried()) then
+    -- The metadata first: a key of another type fails here, before anything
+    -- is written.
+    holder(ARGV[2])
+    keep(tonumber(ARGV[2]))
+    if v == false then
+      redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+      return 1
+    end
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  if v == false then
+    return -1
+  end
+  return 0
 end
-if v == false then
-  return -1
+
+local out = {}
+for g = 0, #KEYS / 5 - 1 do
+  local k, a = {}, {}
+  for i = 1, 5 do
+    k[i] = KEYS[g * 5 + i]
+  end
+  for i = 1, 7 do
+    a[i] = ARGV[g * 7 + i]
+  end
+  -- A failed command (a key of another type) ends this group only.
+  local ok, r = pcall(extend, k, a)
+  if not ok then
+    if type(r) ~= 'table' then
+      r = redis.error_reply(tostring(r))
+    end
+  end
+  out[#out + 1] = r
 end
-return 0
+return out

@@ -141,9 +141,59 @@ type ExtendArgs struct {
 	Token, TTL, Regain, Metadata, Limit, Fence, Retention any
 }
 
-// Command is the command of extend.lua with keys and a.
+// Command is the command of extend.lua with keys and a: one group (see
+// ExtendBatch).
 func (a *ExtendArgs) Command(keys []any) []any {
 	return Extend.command(keys, a.Token, a.TTL, a.Regain, a.Metadata, a.Limit, a.Fence, a.Retention)
+}
+
+// ExtendGroup is one lock's group of an extend.lua call: its keys (the
+// lock's ExtendKeys) and arguments.
+type ExtendGroup struct {
+	Keys []any
+	Args ExtendArgs
+}
+
+// ExtendBatch is the command of extend.lua for several locks at once, one
+// group each, in order (on a Cluster, all of one slot).
+func ExtendBatch(groups []ExtendGroup) []any {
+	const keysPer, argsPer = 5, 7
+	a := make([]any, 0, 3+len(groups)*(keysPer+argsPer))
+	a = append(a, "evalsha", Extend.sha, strconv.Itoa(len(groups)*keysPer))
+	for _, g := range groups {
+		a = append(a, g.Keys...)
+	}
+	for _, g := range groups {
+		x := &g.Args
+		a = append(a, x.Token, x.TTL, x.Regain, x.Metadata, x.Limit, x.Fence, x.Retention)
+	}
+	return a
+}
+
+// ExtendReplies reads extend.lua's reply (see its header) for n groups:
+// each group's integer, or the error of its group (err, a call's error,
+// is every group's).
+func ExtendReplies(v any, err error, n int) ([]int64, []error) {
+	vals, errs := make([]int64, n), make([]error, n)
+	arr, ok := v.([]any)
+	if err == nil && (!ok || len(arr) != n) {
+		err = BadReply("unexpected extend reply %v for %d locks", v, n)
+	}
+	for i := range n {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		switch x := arr[i].(type) {
+		case int64:
+			vals[i] = x
+		case error:
+			errs[i] = x
+		default:
+			errs[i] = BadReply("unexpected extend reply %v", x)
+		}
+	}
+	return vals, errs
 }
 
 // RaiseArgs are raise.lua's ARGV (see its header).

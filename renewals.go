@@ -1,0 +1,329 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
+)
+
+// maxBatch is the most locks that one extend.lua call renews.
+const maxBatch = 64
+
+// renewals is a Locker's schedule of the auto-renewals that run together:
+// a lock's regular renewal (every TTL/3, after a confirmed round) is due at
+// an instant of a grid (renewGrid: a power of two milliseconds, about a
+// twelfth of the TTL, counted from the Unix epoch), the last grid instant
+// not after the renewal would have been due. When an instant comes, the
+// locks due then are renewed together, and with them those due within
+// the next two steps of their grid (renewed up to TTL/6 early): one
+// extend.lua call per node for up to maxBatch of them (on a Cluster, those
+// of one slot), so that a Locker that holds thousands of locks sends tens
+// of calls per renewal interval, not thousands. Since the instant is never
+// later than the lock's own due time, a lock never waits for a batch; and
+// since locks renewed in one round are due again at one instant, they stay
+// together. A renewal that failed is retried by the lock's own timer,
+// alone (see settleRound), and so is a lock whose interval is too short
+// for the grid.
+type renewals struct {
+	mu sync.Mutex
+	// due holds, per grid instant (Unix ms), the locks whose batchAt is
+	// that instant (or was: an entry whose lock was rescheduled since is
+	// passed over).
+	due   map[int64][]dueEntry
+	timer *time.Timer
+	at    int64 // the instant the timer is set for; 0: none
+}
+
+// dueEntry is a lock in the schedule, with how early (ms) it may be taken.
+type dueEntry struct {
+	k     *Lock
+	early int64
+}
+
+// renewGrid is the grid of a TTL's renewal instants, in ms: the largest
+// power of two not above ttl/12 (at least 1).
+func renewGrid(ttl time.Duration) int64 {
+	g, most := int64(1), ttl.Milliseconds()/12
+	for g*2 <= most {
+		g *= 2
+	}
+	return g
+}
+
+// scheduleRenewal has the lock renewed in about d (see planRenewal), unless
+// the Locker is closed. k.mu is held.
+func (k *Lock) scheduleRenewal(d time.Duration) {
+	if !k.l.isClosed() {
+		k.planRenewal(d)
+	}
+}
+
+// planRenewal has the lock renewed in about d: with the locks due at the
+// same grid instant (see renewals), or alone, at d, when d is shorter than
+// four grid steps. k.mu is held (and may be the Locker's too: start).
+func (k *Lock) planRenewal(d time.Duration) {
+	g := renewGrid(k.ttl)
+	if d < 4*time.Duration(g)*time.Millisecond {
+		k.renewAt = time.Now().Add(d)
+		k.arm()
+		return
+	}
+	at := time.Now().Add(d).UnixMilli()
+	at -= at % g
+	k.renewAt = time.Time{}
+	k.batchAt = at
+	k.arm()
+	k.l.renewals.add(at, dueEntry{k, 2 * g}, k.l.renewDue)
+}
+
+// dueLock is a lock taken from the schedule at the instant it was due.
+type dueLock struct {
+	k  *Lock
+	at int64
+}
+
+// add puts e, whose lock's batchAt is at, in the schedule; fire is given
+// the locks due once their instant has come. e.k.mu is held.
+func (r *renewals) add(at int64, e dueEntry, fire func([]dueLock)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.due == nil {
+		r.due = make(map[int64][]dueEntry)
+	}
+	r.due[at] = append(r.due[at], e)
+	if r.at != 0 && r.at <= at {
+		return
+	}
+	r.at = at
+	d := time.Until(time.UnixMilli(at))
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, func() { fire(r.take()) })
+	} else {
+		r.timer.Reset(d)
+	}
+}
+
+// take removes from the schedule the locks whose instant has come, and
+// those that may be renewed early with them, and sets the timer for the
+// next instant.
+func (r *renewals) take() []dueLock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now().UnixMilli()
+	var due []dueLock
+	next := int64(0)
+	for at, es := range r.due {
+		kept := es[:0]
+		for _, e := range es {
+			if at-now <= e.early {
+				due = append(due, dueLock{e.k, at})
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		if len(kept) == 0 {
+			delete(r.due, at)
+			continue
+		}
+		clear(es[len(kept):]) // no pointer kept to a lock taken
+		r.due[at] = kept
+		if next == 0 || at < next {
+			next = at
+		}
+	}
+	r.at = next
+	if next != 0 {
+		r.timer.Reset(time.Until(time.UnixMilli(next)))
+	}
+	return due
+}
+
+// stop stops the timer (Close): no renewal is due any more.
+func (r *renewals) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.due, r.at = nil, 0
+}
+
+// renewItem is one lock of a batch, whose ops slot the batch holds.
+type renewItem struct {
+	k          *Lock
+	ttl        time.Duration
+	validUntil time.Time
+	recorded   chan struct{} // closed once the round's answers are recorded
+}
+
+// batchKey groups the locks of one batch: of one slot (see batchSlot) and
+// one TTL, so that a round bounded by the validity of one lock does not cut
+// short the renewal of a lock that has much more.
+type batchKey struct {
+	slot int
+	ttl  time.Duration
+}
+
+// renewDue renews the locks whose instant has come: those still due then
+// (not rescheduled, released or lost meanwhile, and renewable), in batches
+// of up to maxBatch locks (see batchKey). A lock whose Extend runs
+// meanwhile is renewed alone once it is over, as when its own timer fires.
+func (l *Locker) renewDue(due []dueLock) {
+	batches := make(map[batchKey][]renewItem)
+	for _, d := range due {
+		k := d.k
+		k.mu.Lock()
+		if k.batchAt != d.at || k.lost || k.released {
+			k.mu.Unlock()
+			continue
+		}
+		k.batchAt = 0
+		if !k.renewable() {
+			k.mu.Unlock() // it ends at its cap (see renew)
+			continue
+		}
+		select {
+		case k.ops <- struct{}{}:
+		default:
+			// An Extend is under way: renew after it, as renew does.
+			k.scheduleRenew(0)
+			k.mu.Unlock()
+			continue
+		}
+		it := renewItem{k: k, ttl: k.ttl, validUntil: k.validUntil, recorded: make(chan struct{})}
+		k.mu.Unlock()
+		slot, ok := l.batchSlot(k)
+		if !ok {
+			l.startBatch([]renewItem{it})
+			continue
+		}
+		bk := batchKey{slot, it.ttl}
+		b := append(batches[bk], it)
+		if len(b) == maxBatch {
+			l.startBatch(b)
+			b = nil
+		}
+		batches[bk] = b
+	}
+	for _, b := range batches {
+		if len(b) > 0 {
+			l.startBatch(b)
+		}
+	}
+}
+
+// batchSlot is the slot by which the locks of one extend.lua call are
+// grouped: 0 for every lock when each node is one server (a plain client,
+// Sentinel's included), the key's hash slot when a node is a Cluster. It
+// reports false for another client (a Ring, a wrapper), which may send the
+// locks' keys to several servers: the lock is renewed alone.
+func (l *Locker) batchSlot(k *Lock) (int, bool) {
+	slot := 0
+	for _, n := range l.nodes {
+		switch n.Client.(type) {
+		case *redis.Client:
+		case *redis.ClusterClient:
+			slot = keys.Slot(k.names.Lock)
+		default:
+			return 0, false
+		}
+	}
+	return slot, true
+}
+
+// startBatch runs renewBatch on its own goroutine, or gives the locks'
+// ops slots back if Close has begun.
+func (l *Locker) startBatch(items []renewItem) {
+	if !l.join(&l.wg) {
+		for _, it := range items {
+			<-it.k.ops
+		}
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		l.renewBatch(items)
+	}()
+}
+
+// extendReply is one node's answer to a batch: per lock, in the batch's
+// order.
+type extendReply struct {
+	vals []int64
+	errs []error
+}
+
+// lockResults are lock j's answers in a batch's results.
+func lockResults(rs []quorum.Result[extendReply], j int) []quorum.Result[int64] {
+	out := make([]quorum.Result[int64], len(rs))
+	for i, r := range rs {
+		out[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.vals[j], Err: r.Val.errs[j]}
+	}
+	return out
+}
+
+// renewBatch renews items in one round: one extend.lua call per node for
+// all of them, deciding once every lock's outcome is known (a quorum
+// confirmed it, or cannot), bounded by the earliest end of their
+// validities. Each lock's answers are then recorded as those of its own
+// round begun when the batch's began (see extendRound): its validity is
+// counted from the batch's start, a lock refused or lost leaves the batch
+// without touching the others, and the ops slots are given back.
+func (l *Locker) renewBatch(items []renewItem) {
+	deadline := items[0].validUntil
+	groups := make([]script.ExtendGroup, len(items))
+	for j, it := range items {
+		deadline = minTime(deadline, it.validUntil)
+		groups[j] = it.k.extendGroup(it.ttl, "0")
+	}
+	ctx, cancel := context.WithDeadline(l.renewCtx, deadline)
+	defer cancel()
+	timeout := time.Until(deadline)
+	start := time.Now()
+	cmd := script.ExtendBatch(groups)
+	n := len(l.nodes)
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
+		func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
+			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
+			vals, errs := script.ExtendReplies(v, err, len(items))
+			return extendReply{vals, errs}, err
+		},
+		func(rs []quorum.Result[extendReply], suspects int) bool {
+			for j, it := range items {
+				if !quorum.Decided(lockResults(rs, j), suspects, n, it.k.quorum, confirmed) {
+					return false
+				}
+			}
+			return true
+		},
+		quorum.LateFunc[extendReply](func(r quorum.Result[extendReply]) {
+			for j, it := range items {
+				<-it.recorded
+				it.k.lateAnswer(r.Node, l.effectOf(r.Node, r.Val.errs[j], r.Val.vals[j] == 1))
+			}
+		}))
+	var regains []func()
+	for j, it := range items {
+		_, free := it.k.settleRound(it.ttl, start, false, lockResults(results, j), missing, it.recorded)
+		if len(free) > 0 {
+			regains = append(regains, func() { it.k.regain(ctx, it.ttl, min(timeout, l.nodeTimeout(it.ttl)), free) })
+		}
+	}
+	atOnce(len(regains), func(i int) { regains[i]() })
+	for _, it := range items {
+		<-it.k.ops
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,390 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// holdMany acquires n locks named prefix0..prefix(n-1) with ttl.
+func holdMany(t *testing.T, l *dlock.Locker, prefix string, n int, ttl time.Duration) []*dlock.Lock {
+	t.Helper()
+	locks := make([]*dlock.Lock, n)
+	for i := range locks {
+		k, err := l.Acquire(ctx(t), prefix+strconv.Itoa(i), dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = k
+	}
+	return locks
+}
+
+// perLockRenewals measures the script calls the servers run per held lock
+// and renewal interval (ttl/3) over intervals intervals.
+func perLockRenewals(t *testing.T, admins []*redis.Client, locks int, ttl time.Duration, intervals int) float64 {
+	t.Helper()
+	for _, c := range admins {
+		c.ConfigResetStat(ctx(t))
+	}
+	time.Sleep(time.Duration(intervals) * ttl / 3) // a measured window
+	var calls int64
+	for _, c := range admins {
+		calls += scriptCalls(t, c)
+	}
+	per := float64(calls) / float64(locks) / float64(intervals)
+	t.Logf("%d script calls for %d locks over %d renewal intervals: %.3f per lock per interval", calls, locks, intervals, per)
+	return per
+}
+
+// checkHeld fails the test if any lock has lost its key, or reported a
+// loss.
+func checkHeld(t *testing.T, c redis.UniversalClient, locks []*dlock.Lock, ttl time.Duration) {
+	t.Helper()
+	for _, k := range locks {
+		select {
+		case <-k.Lost():
+			t.Errorf("%s lost", k.Key())
+			continue
+		default:
+		}
+		if v := c.Get(ctx(t), "dlock:{"+k.Key()+"}").Val(); v != k.Token() {
+			t.Errorf("%s: key holds %q, want the token", k.Key(), v)
+		}
+		if p := c.PTTL(ctx(t), "dlock:{"+k.Key()+"}").Val(); p <= ttl/3 {
+			t.Errorf("%s: PTTL %s: not renewed", k.Key(), p)
+		}
+	}
+}
+
+// TestRenewalsBatched: a Locker that holds many locks, acquired over a
+// whole renewal interval, renews them together, one script call for many
+// (≤ 0.1 per lock per renewal interval), and each one stays held.
+func TestRenewalsBatched(t *testing.T) {
+	l, _, c := single(t)
+	const n, ttl = 200, 1200 * time.Millisecond
+	var locks []*dlock.Lock
+	for i := range 10 {
+		locks = append(locks, holdMany(t, l, "many-"+strconv.Itoa(i)+"-", n/10, ttl)...)
+		time.Sleep(ttl / 30) // acquired over ttl/3
+	}
+	time.Sleep(ttl) // the renewals of the first interval bring them together
+	if per := perLockRenewals(t, []*redis.Client{c}, n, ttl, 4); per > 0.1 {
+		t.Errorf("%.3f script calls per lock per renewal interval, want ≤ 0.1", per)
+	}
+	checkHeld(t, c, locks, ttl)
+}
+
+// TestRenewalsBatchOneRefused: in a batch, a lock whose key another owner
+// took is lost, and one whose fence counter holds another type, or whose
+// metadata key does (a command of the script fails), fails its renewal,
+// without touching the others, which stay held.
+func TestRenewalsBatchOneRefused(t *testing.T) {
+	h := &renewFailures{}
+	l, _, c := single(t, dlock.WithHook(h))
+	const n, ttl = 20, 1200 * time.Millisecond
+	locks := holdMany(t, l, "batch-", n, ttl)
+	meta, err := l.Acquire(ctx(t), "batch-meta", dlock.WithTTL(ttl), dlock.WithMetadata("m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks = append(locks, meta)
+	time.Sleep(ttl / 2)
+	taken, broken := locks[3], locks[7]
+	if err := c.Set(ctx(t), "dlock:{batch-meta}:meta", "a string", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx(t), "dlock:{"+taken.Key()+"}", "someone-else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Del(ctx(t), "dlock:{"+broken.Key()+"}:fence")
+	if err := c.HSet(ctx(t), "dlock:{"+broken.Key()+"}:fence", "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-taken.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lock whose key was taken is not lost")
+	}
+	waitFor(t, func() bool { return h.lostCause(taken.Key()) != nil }, "the taken lock's EventLost")
+	if err := h.lostCause(taken.Key()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("the taken lock was lost with %v, want ErrLockLost", err)
+	}
+	waitFor(t, func() bool { return h.count(broken.Key()) > 0 }, "the broken lock's renewal failure")
+	waitFor(t, func() bool { return h.count(meta.Key()) > 0 }, "the renewal failure of the lock with broken metadata")
+	// Two more intervals: the others are renewed all along.
+	time.Sleep(2 * ttl / 3)
+	var others []*dlock.Lock
+	for _, k := range locks {
+		if k != taken && k != broken && k != meta {
+			others = append(others, k)
+		}
+	}
+	checkHeld(t, c, others, ttl)
+	for _, k := range others {
+		if h.count(k.Key()) > 0 {
+			t.Errorf("%s: a renewal failed", k.Key())
+		}
+	}
+}
+
+// renewFailures counts EventRenewFailed per key, and records EventLost's
+// causes.
+type renewFailures struct {
+	mu   sync.Mutex
+	n    map[string]int
+	lost map[string]error
+}
+
+func (h *renewFailures) Start(ctx context.Context, _ string) context.Context { return ctx }
+
+func (h *renewFailures) Event(_ context.Context, e dlock.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n, h.lost = make(map[string]int), make(map[string]error)
+	}
+	switch e.Kind {
+	case dlock.EventRenewFailed:
+		h.n[e.Key]++
+	case dlock.EventLost:
+		h.lost[e.Key] = e.Err
+	}
+}
+
+func (h *renewFailures) lostCause(key string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost[key]
+}
+
+func (h *renewFailures) count(key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[key]
+}
+
+// TestRenewalsBatchFrozen: Redis, 100ms away each way, frozen while a
+// Locker holds many locks, renewed in batches: each lock's Lost fires
+// before its key can have expired, counted from the send time of the last
+// command that confirmed that lock (a validity counted from the batch's
+// answer would end 200ms too late).
+func TestRenewalsBatchFrozen(t *testing.T) {
+	s, p, c := behindProxy(t)
+	rec := &confirmations{at: make(map[string]time.Time)}
+	c.AddHook(rec)
+	l := dlock.New(c)
+	defer l.Close()
+	const n, ttl = 50, 1500 * time.Millisecond
+	locks := make([]*dlock.Lock, n)
+	var wg sync.WaitGroup
+	for i := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := l.Acquire(ctx(t), "frozen-"+strconv.Itoa(i), dlock.WithTTL(ttl))
+			if err != nil {
+				t.Error(err)
+			}
+			locks[i] = k
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	p.SetLatency(100 * time.Millisecond)
+	waitFor(t, func() bool { return rec.batches() >= 2 }, "two batch renewals")
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Thaw()
+	// Each lock's Lost is watched on its own: waiting for them in turn
+	// would see a lock's Lost only after the one before it.
+	lostAt := make([]time.Time, len(locks))
+	for i, k := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-k.Lost():
+				lostAt[i] = time.Now()
+			case <-time.After(10 * time.Second):
+			}
+		}()
+	}
+	wg.Wait()
+	for i, k := range locks {
+		if lostAt[i].IsZero() {
+			t.Errorf("%s: Lost did not fire while Redis was frozen", k.Key())
+			continue
+		}
+		if expiry := rec.last("dlock:{" + k.Key() + "}").Add(ttl); !lostAt[i].Before(expiry) {
+			t.Errorf("%s: Lost at %s, after the key could have expired (%s)", k.Key(), lostAt[i].Format(time.StampMicro), expiry.Format(time.StampMicro))
+		}
+	}
+}
+
+// confirmations is a go-redis hook that records, per lock key, when the
+// last script call that confirmed it (acquire.lua's grant, a group of
+// extend.lua that answered 1) was sent; and counts the calls that renewed
+// several locks at once.
+type confirmations struct {
+	mu   sync.Mutex
+	at   map[string]time.Time
+	many int
+}
+
+func (r *confirmations) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook records the calls of pipelines too: the Locker
+// pipelines the concurrent commands to a node.
+func (r *confirmations) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+				r.record(sent, cmd)
+			}
+		}
+		return err
+	}
+}
+func (r *confirmations) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmd)
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			r.record(sent, cmd)
+		}
+		return err
+	}
+}
+
+func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
+	v, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return
+	}
+	args := cmd.Args()
+	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	reply, _ := v.Val().([]any)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
+		r.at[fmt.Sprint(args[3])] = sent
+	case nkeys%5 == 0 && len(reply) == nkeys/5: // extend.lua
+		if len(reply) > 1 {
+			r.many++
+		}
+		for g, x := range reply {
+			if x == int64(1) {
+				r.at[fmt.Sprint(args[3+5*g])] = sent
+			}
+		}
+	}
+}
+
+func (r *confirmations) last(key string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[key]
+}
+
+func (r *confirmations) batches() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.many
+}
+
+// TestRenewalsBatchRedlockFrozenNode: over a Redlock of 3 with one node
+// frozen, batched renewals keep every lock (a quorum of 2 confirms each),
+// one call per node for many locks.
+func TestRenewalsBatchRedlockFrozenNode(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	clients := make([]redis.UniversalClient, len(servers))
+	admins := make([]*redis.Client, 2)
+	for i, s := range servers {
+		c := s.Client()
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+		if i < 2 {
+			admins[i] = c
+		}
+	}
+	l, err := dlock.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const n, ttl = 60, 1500 * time.Millisecond
+	locks := holdMany(t, l, "redlock-", n, ttl)
+	if err := servers[2].Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { servers[2].Thaw() })
+	time.Sleep(ttl / 2)
+	// Each live node runs one call per batch: per lock and interval, the
+	// two count twice what one node would.
+	if per := perLockRenewals(t, admins, n, ttl, 3); per > 0.2 {
+		t.Errorf("%.3f script calls per lock per renewal interval on the two live nodes, want ≤ 0.2", per)
+	}
+	for _, c := range admins {
+		checkHeld(t, c, locks, ttl)
+	}
+}
+
+// TestRenewalsBatchCluster: on a Cluster, the locks of one slot are renewed
+// together, and keys.Slot (by which they are grouped) is the slot the
+// servers use.
+func TestRenewalsBatchCluster(t *testing.T) {
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	t.Cleanup(func() { cc.Close() })
+	for _, name := range []string{"dlock:{a}", "dlock:{\x00}x}", "x{y}z", "{}", "plain", "dlock:{acct-42}:fence"} {
+		if want := cc.ClusterKeySlot(ctx(t), name).Val(); int64(keys.Slot(name)) != want {
+			t.Errorf("keys.Slot(%q) = %d, the server says %d", name, keys.Slot(name), want)
+		}
+	}
+	// Keys of one slot: names whose hash tags collide.
+	target := keys.Slot("dlock:{same-0}")
+	var names []string
+	for i := 0; len(names) < 40; i++ {
+		if name := "same-" + strconv.Itoa(i); keys.Slot("dlock:{"+name+"}") == target {
+			names = append(names, name)
+		}
+	}
+	l := dlock.New(cc)
+	t.Cleanup(func() { l.Close() })
+	const ttl = 1500 * time.Millisecond
+	var locks []*dlock.Lock
+	for _, name := range names {
+		k, err := l.Acquire(ctx(t), name, dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, k)
+	}
+	time.Sleep(ttl / 2)
+	admins := make([]*redis.Client, len(cl.Servers))
+	for i, s := range cl.Servers {
+		admins[i] = s.Client()
+		t.Cleanup(func() { admins[i].Close() })
+	}
+	if per := perLockRenewals(t, admins, len(locks), ttl, 3); per > 0.1 {
+		t.Errorf("%.3f script calls per lock per renewal interval, want ≤ 0.1", per)
+	}
+	checkHeld(t, cc, locks, ttl)
+}
