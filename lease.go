@@ -82,7 +82,8 @@ func (l *Locker) effectOf(i int, err error, set bool) effect {
 // all) that did not answer in it are unknown until their answer comes.
 // k.mu is held.
 func (k *Lock) recordRound(results []quorum.Result[int64], idx []int, start, bound time.Time, shortens bool) {
-	answered := make([]bool, len(k.nodes))
+	var buf [8]bool
+	answered := perNode(buf[:], len(k.nodes))
 	for _, r := range results {
 		answered[r.Node] = true
 		k.record(r.Node, k.l.effectOf(r.Node, r.Err, r.Val == 1), r.Err == nil && r.Val != 1, start, bound, shortens)

@@ -175,14 +175,16 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	g := k.extendGroup(ttl, regain)
+	call := script.NewExtendCall(1, l.ttlArg(ttl), regain, l.retentionArg)
+	k.addTo(call)
+	cmd := call.Command()
 	need := k.quorum
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, script.Extend, g.Args.Command(g.Keys))
+			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
 			vals, errs := script.ExtendReplies(v, err, 1)
 			return vals[0], errs[0]
 		},
@@ -202,13 +204,9 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	return results, missing, recorded
 }
 
-// extendGroup is the lock's group of an extend.lua call (see
-// script.ExtendBatch) for ttl; regain is its ARGV[3].
-func (k *Lock) extendGroup(ttl time.Duration, regain string) script.ExtendGroup {
-	return script.ExtendGroup{Keys: k.names.ExtendKeys[:], Args: script.ExtendArgs{
-		Token: k.tokenArg, TTL: k.l.ttlArg(ttl), Regain: regain, Metadata: k.metadata,
-		Limit: limitArg(k.limit, k.shared), Fence: strconv.FormatUint(k.fence, 10), Retention: k.l.retentionArg,
-	}}
+// addTo adds the lock to an extend.lua call (see script.ExtendCall).
+func (k *Lock) addTo(c *script.ExtendCall) {
+	c.Add(k.names.ExtendKeys[:], k.tokenArg, k.metadata, limitArg(k.limit, k.shared), strconv.FormatUint(k.fence, 10))
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum

@@ -259,13 +259,13 @@ type extendReply struct {
 	errs []error
 }
 
-// lockResults are lock j's answers in a batch's results.
-func lockResults(rs []quorum.Result[extendReply], j int) []quorum.Result[int64] {
-	out := make([]quorum.Result[int64], len(rs))
-	for i, r := range rs {
-		out[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.vals[j], Err: r.Val.errs[j]}
+// lockResults are lock j's answers in a batch's results, in buf.
+func lockResults(buf []quorum.Result[int64], rs []quorum.Result[extendReply], j int) []quorum.Result[int64] {
+	buf = buf[:0]
+	for _, r := range rs {
+		buf = append(buf, quorum.Result[int64]{Node: r.Node, Val: r.Val.vals[j], Err: r.Val.errs[j]})
 	}
-	return out
+	return buf
 }
 
 // renewBatch renews items in one round: one extend.lua call per node for
@@ -277,17 +277,18 @@ func lockResults(rs []quorum.Result[extendReply], j int) []quorum.Result[int64] 
 // without touching the others, and the ops slots are given back.
 func (l *Locker) renewBatch(items []renewItem) {
 	deadline := items[0].validUntil
-	groups := make([]script.ExtendGroup, len(items))
-	for j, it := range items {
+	call := script.NewExtendCall(len(items), l.ttlArg(items[0].ttl), "0", l.retentionArg)
+	for _, it := range items {
 		deadline = minTime(deadline, it.validUntil)
-		groups[j] = it.k.extendGroup(it.ttl, "0")
+		it.k.addTo(call)
 	}
 	ctx, cancel := context.WithDeadline(l.renewCtx, deadline)
 	defer cancel()
 	timeout := time.Until(deadline)
 	start := time.Now()
-	cmd := script.ExtendBatch(groups)
+	cmd := call.Command()
 	n := len(l.nodes)
+	buf := make([]quorum.Result[int64], 0, n) // done's, on the caller's goroutine
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
@@ -296,7 +297,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 		},
 		func(rs []quorum.Result[extendReply], suspects int) bool {
 			for j, it := range items {
-				if !quorum.Decided(lockResults(rs, j), suspects, n, it.k.quorum, confirmed) {
+				if !quorum.Decided(lockResults(buf, rs, j), suspects, n, it.k.quorum, confirmed) {
 					return false
 				}
 			}
@@ -310,7 +311,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 		}))
 	var regains []func()
 	for j, it := range items {
-		_, free := it.k.settleRound(it.ttl, start, false, lockResults(results, j), missing, it.recorded)
+		_, free := it.k.settleRound(it.ttl, start, false, lockResults(nil, results, j), missing, it.recorded)
 		if len(free) > 0 {
 			regains = append(regains, func() { it.k.regain(ctx, it.ttl, min(timeout, l.nodeTimeout(it.ttl)), free) })
 		}

@@ -66,7 +66,9 @@
 --
 -- A token that release.lua buried (a clean-up after this very command,
 -- which reached the server late) is refused with {0, -4, 0}, and nothing
--- is written.
+-- is written. (A plain lock's waiter whose attempt finds the lock held by
+-- another and its registration intact, and so writes nothing, answers busy
+-- without looking: an idle waiter's attempt costs one command less.)
 --
 -- A value "~WAITER" is a reservation made by release.lua: only that waiter
 -- may take the lock until the reservation's short TTL runs out. In a
@@ -105,12 +107,19 @@ local waiter = ARGV[6] or ''
 local queued = ARGV[9] == '1'
 local exclusive = ARGV[5] == '1'
 
-local buried = redis.call('ZSCORE', KEYS[7], token)
-if buried then
-  local t = redis.call('TIME')
-  if tonumber(buried) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-    return {0, -4, '0'}
+-- buried reports whether the token was buried (see above): every path
+-- that writes asks it first.
+local function buried()
+  local d = redis.call('ZSCORE', KEYS[7], token)
+  if not d then
+    return false
   end
+  local t = redis.call('TIME')
+  return tonumber(d) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local refusedBuried = {0, -4, '0'}
+if (waiter == '' or not exclusive) and buried() then
+  return refusedBuried -- a plain lock's waiter asks below, where it may write
 end
 
 local function wrongType(k, want)
@@ -198,6 +207,9 @@ local function register(waiter, pos)
     write = redis.call('ZSCORE', KEYS[3], waiter) == false or redis.call('HEXISTS', KEYS[4], waiter) == 0
   end
   if write then
+    if buried() then
+      return false, refusedBuried
+    end
     local refused = refuseWrongTypes(true, false)
     if refused then
       return false, refused
@@ -429,6 +441,9 @@ if waiter == '' then
 else
   -- Most likely held: look first.
   v = redis.pcall('GET', KEYS[1])
+  if (type(v) == 'table' or v == false or v == token or v == '~' .. waiter) and buried() then
+    return refusedBuried -- the paths that may write (busy() asks for its own)
+  end
   if type(v) == 'table' then
     return onSet(v)
   end

@@ -3,40 +3,40 @@
 -- as the holder.
 --
 -- It does so for one lock or several at once (a Locker's renewals of the
--- locks due together, see the root package's renewals.go): KEYS and ARGV
--- are groups of 5 keys and 7 arguments, one group per lock, each group as
--- below; on a Cluster every group's keys are in one slot. The reply is an
--- array with one element per group, in order: the group's reply below, or
--- its error reply. An error of one group (a key of another type) comes
--- before that group writes anything, and the other groups run as if it
--- were alone.
+-- locks due together, see the root package's renewals.go): KEYS are groups
+-- of 5 keys, one group per lock; ARGV[1..3] are for every group, then come
+-- groups of 4 arguments, one per lock, in the same order. On a Cluster
+-- every group's keys are in one slot. The reply is an array with one
+-- element per group, in order: the group's reply below, or its error reply.
+-- An error of one group (a key of another type) comes before that group
+-- writes anything, and the other groups run as if it were alone.
 --
--- For one group:
--- KEYS[1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
--- KEYS[2] metadata       prefix{K}:meta (see acquire.lua)
--- KEYS[3] limit          prefix{K}:limit (a semaphore's)
--- KEYS[4] fence counter  prefix{K}:fence
--- KEYS[5] tombstones     prefix{K}:dead (see release.lua)
--- ARGV[1] token          the owner token
--- ARGV[2] ttl            new TTL in milliseconds, counted from now
--- ARGV[3] regain         "1" to set the key to ARGV[1] when it is free: only sent
+-- For group g (0, 1, …):
+-- KEYS[5g+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
+-- KEYS[5g+2] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[5g+3] limit          prefix{K}:limit (a semaphore's)
+-- KEYS[5g+4] fence counter  prefix{K}:fence
+-- KEYS[5g+5] tombstones     prefix{K}:dead (see release.lua)
+-- ARGV[1] ttl            new TTL in milliseconds, counted from now
+-- ARGV[2] regain         "1" to set the key to the token when it is free: only sent
 --                        to nodes that answered -1, after a quorum of the others
 --                        confirmed that the caller holds the lock (so nobody else
 --                        can hold a quorum), to restore a Redlock lock's spare
 --                        nodes; "0" otherwise (a token that release.lua buried
 --                        is not set again: -1)
--- ARGV[4] metadata       "" for none; else the lock's metadata, whose TTL follows
+-- ARGV[3] retention      ms the fence counter lives after its last use
+-- ARGV[4g+4] token       the owner token
+-- ARGV[4g+5] metadata    "" for none; else the lock's metadata, whose TTL follows
 --                        the lock's (and which a regain writes again)
--- ARGV[5] limit          "1" for a lock, n > 1 for a semaphore, "0" for a shared
+-- ARGV[4g+6] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
 --                        hold (a semaphore without a limit, see acquire.lua)
--- ARGV[6] fence          the holder's fence (a decimal string)
--- ARGV[7] retention      ms the fence counter lives after its last use
+-- ARGV[4g+7] fence       the holder's fence (a decimal string)
 --
--- Its reply is 1 if the key held ARGV[1] (or was free and ARGV[3] is "1") and its
--- TTL was set, 0 if it holds another value (another owner, a reservation),
--- -1 if it is free. For a semaphore: 1 if ARGV[1] is a live permit (or a
--- permit was free and ARGV[3] is "1"), and its expiry was set; -1 if it is
--- not and a permit is free; 0 if all are taken.
+-- A group's reply is 1 if the key held the token (or was free and regain
+-- is "1") and its TTL was set, 0 if it holds another value (another owner,
+-- a reservation), -1 if it is free. For a semaphore: 1 if the token is a
+-- live permit (or a permit was free and regain is "1"), and its expiry was
+-- set; -1 if it is not and a permit is free; 0 if all are taken.
 --
 -- When it returns 1 it has also made sure that the fence counter lives at
 -- least as long as the holder (and the retention), and holds at least the
@@ -51,8 +51,9 @@
 -- exact for any 64-bit value. Errors (keys of another type) come before any
 -- write.
 
--- extend is the work of one group, given the group's keys and arguments as
--- its KEYS and ARGV, numbered as above.
+-- extend is the work of one group, given its keys as KEYS[1..5] (in the
+-- order above) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
+-- [4] metadata, [5] limit, [6] fence, [7] retention.
 local function extend(KEYS, ARGV)
   local token, fence = ARGV[1], ARGV[6]
   local c = redis.pcall('GET', KEYS[4])
@@ -176,13 +177,12 @@ end
 
 local out = {}
 for g = 0, #KEYS / 5 - 1 do
-  local k, a = {}, {}
+  local k = {}
   for i = 1, 5 do
     k[i] = KEYS[g * 5 + i]
   end
-  for i = 1, 7 do
-    a[i] = ARGV[g * 7 + i]
-  end
+  local o = 3 + g * 4
+  local a = {ARGV[o + 1], ARGV[1], ARGV[2], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[3]}
   -- A failed command (a key of another type) ends this group only.
   local ok, r = pcall(extend, k, a)
   if not ok then

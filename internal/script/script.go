@@ -136,39 +136,53 @@ func (a *ReleaseArgs) Command(keys []any) []any {
 	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention)
 }
 
-// ExtendArgs are extend.lua's ARGV (see its header).
+// ExtendArgs are one lock's arguments of extend.lua (see its header: TTL,
+// Regain and Retention are sent once per call).
 type ExtendArgs struct {
 	Token, TTL, Regain, Metadata, Limit, Fence, Retention any
 }
 
-// Command is the command of extend.lua with keys and a: one group (see
-// ExtendBatch).
+// Command is the command of extend.lua with keys and a: one lock's.
 func (a *ExtendArgs) Command(keys []any) []any {
-	return Extend.command(keys, a.Token, a.TTL, a.Regain, a.Metadata, a.Limit, a.Fence, a.Retention)
+	c := NewExtendCall(1, a.TTL, a.Regain, a.Retention)
+	c.Add(keys, a.Token, a.Metadata, a.Limit, a.Fence)
+	return c.Command()
 }
 
-// ExtendGroup is one lock's group of an extend.lua call: its keys (the
-// lock's ExtendKeys) and arguments.
-type ExtendGroup struct {
-	Keys []any
-	Args ExtendArgs
+// An ExtendCall builds the command of extend.lua for several locks at
+// once (see its header): the arguments that every lock shares, then each
+// lock's keys and own arguments, in order.
+type ExtendCall struct {
+	args []any
+	n, j int
 }
 
-// ExtendBatch is the command of extend.lua for several locks at once, one
-// group each, in order (on a Cluster, all of one slot).
-func ExtendBatch(groups []ExtendGroup) []any {
-	const keysPer, argsPer = 5, 7
-	a := make([]any, 0, 3+len(groups)*(keysPer+argsPer))
-	a = append(a, "evalsha", Extend.sha, strconv.Itoa(len(groups)*keysPer))
-	for _, g := range groups {
-		a = append(a, g.Keys...)
-	}
-	for _, g := range groups {
-		x := &g.Args
-		a = append(a, x.Token, x.TTL, x.Regain, x.Metadata, x.Limit, x.Fence, x.Retention)
-	}
-	return a
+const extendKeys, extendOwnArgs = 5, 4
+
+// NewExtendCall starts the command for n locks, with their TTL, regain and
+// retention arguments.
+func NewExtendCall(n int, ttl, regain, retention any) *ExtendCall {
+	a := make([]any, 6+n*(extendKeys+extendOwnArgs))
+	a[0], a[1], a[2] = "evalsha", Extend.sha, strconv.Itoa(n*extendKeys)
+	o := 3 + n*extendKeys
+	a[o], a[o+1], a[o+2] = ttl, regain, retention
+	return &ExtendCall{args: a, n: n}
 }
+
+// Add adds the next lock: its keys (its ExtendKeys) and own arguments. It
+// panics past the n locks of NewExtendCall.
+func (c *ExtendCall) Add(keys []any, token, metadata, limit, fence any) {
+	if c.j == c.n || len(keys) != extendKeys {
+		panic("script: ExtendCall.Add past its locks, or with other keys")
+	}
+	copy(c.args[3+c.j*extendKeys:], keys)
+	o := 6 + c.n*extendKeys + c.j*extendOwnArgs
+	c.args[o], c.args[o+1], c.args[o+2], c.args[o+3] = token, metadata, limit, fence
+	c.j++
+}
+
+// Command is the command, once every lock was added.
+func (c *ExtendCall) Command() []any { return c.args }
 
 // ExtendReplies reads extend.lua's reply (see its header) for n groups:
 // each group's integer, or the error of its group (err, a call's error,
