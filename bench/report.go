@@ -348,6 +348,17 @@ func (r *Report) targets(d string) []Target {
 				f.AcqMax <= limit && f.RelMax <= limit && f.Errors == 0)
 		}
 	}
+	for _, x := range r.ManyLocks {
+		if x.Lib != d {
+			continue
+		}
+		what := fmt.Sprintf("%d held locks, TTL %s", x.Locks, x.TTL)
+		add(what+": script calls per lock per renewal interval ≤ 0.1",
+			fmt.Sprintf("%.3f", x.ScriptsPerLockInterval), x.ScriptsPerLockInterval <= 0.1)
+		add(what+": client CPU ≤ 6% of a core", fmt.Sprintf("%.1f%%", x.ClientCPU), x.ClientCPU <= 6)
+		add(what+": heap ≤ 1.5 KB per lock", fmt.Sprintf("%.0f B", x.HeapPerLock), x.HeapPerLock <= 1536)
+		add(what+": no goroutine per lock", fmt.Sprintf("%.2f per lock", x.GoroutinesPerLock), x.GoroutinesPerLock < 0.01)
+	}
 	var dl, rl *AllocResult
 	for i, a := range r.Allocs {
 		if a.Nodes == 1 && a.Lib == d {
