@@ -70,7 +70,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	shortens := ttl < k.ttl
 	k.mu.Unlock()
 	results, missing, recorded := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
-	err, free := k.settleRound(ttl, start, shortens, results, missing, recorded)
+	free, err := k.settleRound(ttl, start, shortens, results, missing, recorded)
 	if len(free) > 0 {
 		k.regain(ctx, ttl, min(timeout, k.l.nodeTimeout(ttl)), free)
 	}
@@ -79,10 +79,10 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 
 // settleRound records the answers of an extend round begun at start (a
 // lock's own, or a batch's: see renewBatch), closes recorded, and reports
-// the round's error; the lock is marked lost, or its next renewal
+// the round's error (err); the lock is marked lost, or its next renewal
 // scheduled. free lists the nodes to take back (regain) when a quorum
 // confirmed and others found the key free.
-func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded chan struct{}) (err error, free []int) {
+func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded chan struct{}) (free []int, err error) {
 	l := k.l
 	n := len(l.nodes)
 	bound := start.Add(ttl - drift(ttl))
@@ -92,7 +92,7 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 	close(recorded)
 	if k.lost || k.released {
 		k.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNotHeld, k.key), nil
+		return nil, fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	switch class := o.class(ErrNotHeld); {
 	case class == nil && time.Now().Before(bound):
@@ -131,7 +131,7 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 			err = fmt.Errorf("%w: %q: no validity left", ErrNotHeld, k.key)
 		}
 		k.markLost(cause)
-		return err, nil
+		return nil, err
 	}
 	if err != nil && l.hook != nil {
 		l.hook.Event(k.eventCtx(), Event{Kind: EventRenewFailed, Key: k.key, Limit: k.limit, Err: err})
@@ -141,9 +141,9 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 		// one: take back the nodes where the key is free (it expired there
 		// while the node was away, or a contender of a split vote let it
 		// go), so that the lock survives the loss of a minority again.
-		return nil, o.free
+		return o.free, nil
 	}
-	return err, nil
+	return nil, err
 }
 
 // regain sets the key on the given nodes, where it was just found free,

@@ -311,7 +311,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 		}))
 	var regains []func()
 	for j, it := range items {
-		_, free := it.k.settleRound(it.ttl, start, false, lockResults(nil, results, j), missing, it.recorded)
+		free, _ := it.k.settleRound(it.ttl, start, false, lockResults(nil, results, j), missing, it.recorded)
 		if len(free) > 0 {
 			regains = append(regains, func() { it.k.regain(ctx, it.ttl, min(timeout, l.nodeTimeout(it.ttl)), free) })
 		}

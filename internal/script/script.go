@@ -136,19 +136,6 @@ func (a *ReleaseArgs) Command(keys []any) []any {
 	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention)
 }
 
-// ExtendArgs are one lock's arguments of extend.lua (see its header: TTL,
-// Regain and Retention are sent once per call).
-type ExtendArgs struct {
-	Token, TTL, Regain, Metadata, Limit, Fence, Retention any
-}
-
-// Command is the command of extend.lua with keys and a: one lock's.
-func (a *ExtendArgs) Command(keys []any) []any {
-	c := NewExtendCall(1, a.TTL, a.Regain, a.Retention)
-	c.Add(keys, a.Token, a.Metadata, a.Limit, a.Fence)
-	return c.Command()
-}
-
 // An ExtendCall builds the command of extend.lua for several locks at
 // once (see its header): the arguments that every lock shares, then each
 // lock's keys and own arguments, in order.
