@@ -93,8 +93,9 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Renewed every 300ms over 500ms: one or two script calls per lock.
-	if ml.Lost != 0 || ml.ReleaseErrors != 0 || ml.Scripts < 25 || ml.ScriptsPerLockInterval < 0.3 || ml.CommandsPerSec == 0 {
+	// Renewed every 300ms over 500ms, in batches: a few script calls for
+	// the 50 locks.
+	if ml.Lost != 0 || ml.ReleaseErrors != 0 || ml.Scripts == 0 || ml.ScriptsPerLockInterval > 0.5 || ml.CommandsPerSec == 0 {
 		t.Errorf("many locks: %+v", ml)
 	}
 	r.ManyLocks = append(r.ManyLocks, ml)
