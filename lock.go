@@ -39,7 +39,7 @@ type Lock struct {
 
 	// Everything below is guarded by mu. The type is one, split across
 	// files for size: the validity and per-node knowledge are written by
-	// the rounds (renew.go, lease.go, release.go), the end of the lock by
+	// the rounds (renew.go, renewals.go, lease.go, release.go), the end of the lock by
 	// markLost and Release (lost.go, release.go), the hook's bookkeeping
 	// by the methods in lost.go that hook.go calls, the timer by renew.go.
 	mu         sync.Mutex
@@ -68,7 +68,10 @@ type Lock struct {
 	renewAt time.Time
 	// batchAt is the grid instant (Unix ms) at which the lock's renewal
 	// is due with others (see renewals); 0: none.
-	batchAt   int64
+	batchAt int64
+	// place is where the lock is in its Locker's renewals (guarded by
+	// renewals.mu, not mu).
+	place     wheelPlace
 	onLostFns []func(cause error)
 }
 

@@ -46,7 +46,8 @@ func (k *Lock) stopTimers() {
 	if k.timer != nil {
 		k.timer.Stop()
 	}
-	k.renewAt, k.batchAt = time.Time{}, 0
+	k.renewAt = time.Time{}
+	k.leaveSchedule()
 }
 
 func (k *Lock) forget() {

@@ -230,6 +230,7 @@ func (k *Lock) scheduleRenew(d time.Duration) {
 	if k.l.isClosed() {
 		return
 	}
+	k.leaveSchedule()
 	k.renewAt = time.Now().Add(d)
 	k.arm()
 }

@@ -33,8 +33,8 @@ const maxBatch = 64
 type renewals struct {
 	mu sync.Mutex
 	// due holds, per grid instant (Unix ms), the locks whose batchAt is
-	// that instant (or was: an entry whose lock was rescheduled since is
-	// passed over).
+	// that instant. A lock leaves it when it is taken, rescheduled,
+	// released or lost (remove): the schedule keeps no lock alive.
 	due   map[int64][]dueEntry
 	timer *time.Timer
 	at    int64 // the instant the timer is set for; 0: none
@@ -44,6 +44,13 @@ type renewals struct {
 type dueEntry struct {
 	k     *Lock
 	early int64
+}
+
+// wheelPlace is where a lock is in the schedule (guarded by renewals.mu):
+// due[at][idx]; at is 0 when it is not in it.
+type wheelPlace struct {
+	at  int64
+	idx int
 }
 
 // renewGrid is the grid of a TTL's renewal instants, in ms: the largest
@@ -70,6 +77,7 @@ func (k *Lock) scheduleRenewal(d time.Duration) {
 func (k *Lock) planRenewal(d time.Duration) {
 	g := renewGrid(k.ttl)
 	if d < 4*time.Duration(g)*time.Millisecond {
+		k.leaveSchedule()
 		k.renewAt = time.Now().Add(d)
 		k.arm()
 		return
@@ -82,20 +90,32 @@ func (k *Lock) planRenewal(d time.Duration) {
 	k.l.renewals.add(at, dueEntry{k, 2 * g}, k.l.renewDue)
 }
 
+// leaveSchedule takes the lock out of the Locker's renewals, if it is in
+// them: it is renewed alone, or not at all. k.mu is held.
+func (k *Lock) leaveSchedule() {
+	if k.batchAt != 0 {
+		k.batchAt = 0
+		k.l.renewals.remove(k)
+	}
+}
+
 // dueLock is a lock taken from the schedule at the instant it was due.
 type dueLock struct {
 	k  *Lock
 	at int64
 }
 
-// add puts e, whose lock's batchAt is at, in the schedule; fire is given
-// the locks due once their instant has come. e.k.mu is held.
+// add puts e, whose lock's batchAt is at, in the schedule, in place of
+// where it was; fire is given the locks due once their instant has come.
+// e.k.mu is held.
 func (r *renewals) add(at int64, e dueEntry, fire func([]dueLock)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.due == nil {
 		r.due = make(map[int64][]dueEntry)
 	}
+	r.removeLocked(e.k)
+	e.k.place = wheelPlace{at: at, idx: len(r.due[at])}
 	r.due[at] = append(r.due[at], e)
 	if r.at != 0 && r.at <= at {
 		return
@@ -106,6 +126,34 @@ func (r *renewals) add(at int64, e dueEntry, fire func([]dueLock)) {
 		r.timer = time.AfterFunc(d, func() { fire(r.take()) })
 	} else {
 		r.timer.Reset(d)
+	}
+}
+
+// remove takes k out of the schedule, if it is in it (a release, a loss).
+// k.mu is held.
+func (r *renewals) remove(k *Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeLocked(k)
+}
+
+// removeLocked is remove; r.mu is held. The last entry of k's instant
+// takes k's place.
+func (r *renewals) removeLocked(k *Lock) {
+	p := k.place
+	k.place = wheelPlace{}
+	es := r.due[p.at]
+	if p.at == 0 || p.idx >= len(es) || es[p.idx].k != k {
+		return
+	}
+	last := len(es) - 1
+	es[p.idx] = es[last]
+	es[p.idx].k.place.idx = p.idx
+	es[last] = dueEntry{}
+	if last == 0 {
+		delete(r.due, p.at)
+	} else {
+		r.due[p.at] = es[:last]
 	}
 }
 
@@ -122,16 +170,18 @@ func (r *renewals) take() []dueLock {
 		kept := es[:0]
 		for _, e := range es {
 			if at-now <= e.early {
+				e.k.place = wheelPlace{}
 				due = append(due, dueLock{e.k, at})
 			} else {
+				e.k.place.idx = len(kept)
 				kept = append(kept, e)
 			}
 		}
+		clear(es[len(kept):]) // no pointer kept to a lock taken
 		if len(kept) == 0 {
 			delete(r.due, at)
 			continue
 		}
-		clear(es[len(kept):]) // no pointer kept to a lock taken
 		r.due[at] = kept
 		if next == 0 || at < next {
 			next = at
@@ -150,6 +200,11 @@ func (r *renewals) stop() {
 	defer r.mu.Unlock()
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	for _, es := range r.due {
+		for _, e := range es {
+			e.k.place = wheelPlace{}
+		}
 	}
 	r.due, r.at = nil, 0
 }
