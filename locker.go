@@ -173,6 +173,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.defaultTTLArg = strconv.FormatInt(DefaultTTL.Milliseconds(), 10)
 	l.nameCache = keys.NewCache(cfg.prefix)
 	l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
+	l.renewals.fire = l.renewDue
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	l.hook = hookOf(cfg.hooks)
 	for i, c := range clients {

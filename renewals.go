@@ -38,6 +38,9 @@ type renewals struct {
 	due   map[int64][]dueEntry
 	timer *time.Timer
 	at    int64 // the instant the timer is set for; 0: none
+	// fire renews the locks taken from the schedule (Locker.renewDue,
+	// set once by newLocker).
+	fire func([]dueLock)
 }
 
 // dueEntry is a lock in the schedule, with how early (ms) it may be taken.
@@ -87,7 +90,7 @@ func (k *Lock) planRenewal(d time.Duration) {
 	k.renewAt = time.Time{}
 	k.batchAt = at
 	k.arm()
-	k.l.renewals.add(at, dueEntry{k, 2 * g}, k.l.renewDue)
+	k.l.renewals.add(at, dueEntry{k, 2 * g})
 }
 
 // leaveSchedule takes the lock out of the Locker's renewals, if it is in
@@ -106,9 +109,9 @@ type dueLock struct {
 }
 
 // add puts e, whose lock's batchAt is at, in the schedule, in place of
-// where it was; fire is given the locks due once their instant has come.
+// where it was; r.fire is given the locks due once their instant has come.
 // e.k.mu is held.
-func (r *renewals) add(at int64, e dueEntry, fire func([]dueLock)) {
+func (r *renewals) add(at int64, e dueEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.due == nil {
@@ -123,7 +126,7 @@ func (r *renewals) add(at int64, e dueEntry, fire func([]dueLock)) {
 	r.at = at
 	d := time.Until(time.UnixMilli(at))
 	if r.timer == nil {
-		r.timer = time.AfterFunc(d, func() { fire(r.take()) })
+		r.timer = time.AfterFunc(d, func() { r.fire(r.take()) })
 	} else {
 		r.timer.Reset(d)
 	}
@@ -150,11 +153,10 @@ func (r *renewals) removeLocked(k *Lock) {
 	es[p.idx] = es[last]
 	es[p.idx].k.place.idx = p.idx
 	es[last] = dueEntry{}
-	if last == 0 {
-		delete(r.due, p.at)
-	} else {
-		r.due[p.at] = es[:last]
-	}
+	// An instant left empty stays until it comes (take drops it), so
+	// that the next lock due then reuses its slice: a process that takes
+	// and releases one lock at a time allocates nothing here.
+	r.due[p.at] = es[:last]
 }
 
 // take removes from the schedule the locks whose instant has come, and
