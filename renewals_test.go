@@ -206,9 +206,12 @@ func TestRenewalsBatchFrozen(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	const oneWay = 100 * time.Millisecond
-	p.SetLatency(oneWay)
 	waitFor(t, func() bool { return rec.batches() >= 2 }, "two batch renewals")
+	// Then every lock confirmed again through the delay.
+	const oneWay = 100 * time.Millisecond
+	delayed := time.Now()
+	p.SetLatency(oneWay)
+	waitFor(t, func() bool { return rec.allAfter(delayed, locks) }, "a renewal of every lock 100ms away")
 	if err := s.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -308,6 +311,19 @@ func (r *confirmations) last(key string) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.at[key]
+}
+
+// allAfter reports whether every lock of locks was confirmed by a command
+// sent after t.
+func (r *confirmations) allAfter(t time.Time, locks []*dlock.Lock) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range locks {
+		if !r.at["dlock:{"+k.Key()+"}"].After(t) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *confirmations) batches() int {
