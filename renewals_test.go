@@ -49,7 +49,7 @@ func perLockRenewals(t *testing.T, admins []*redis.Client, locks int, ttl time.D
 
 // checkHeld fails the test if any lock has lost its key, or reported a
 // loss.
-func checkHeld(t *testing.T, c redis.UniversalClient, locks []*dlock.Lock, ttl time.Duration) {
+func checkHeld(t *testing.T, c redis.UniversalClient, locks []*dlock.Lock) {
 	t.Helper()
 	for _, k := range locks {
 		select {
@@ -85,7 +85,7 @@ func TestRenewalsBatched(t *testing.T) {
 	if per := perLockRenewals(t, []*redis.Client{c}, n, ttl, 4); per > 0.1 {
 		t.Errorf("%.3f script calls per lock per renewal interval, want ≤ 0.1", per)
 	}
-	checkHeld(t, c, locks, ttl)
+	checkHeld(t, c, locks)
 }
 
 // TestRenewalsBatchOneRefused: in a batch, a lock whose key another owner
@@ -133,7 +133,7 @@ func TestRenewalsBatchOneRefused(t *testing.T) {
 			others = append(others, k)
 		}
 	}
-	checkHeld(t, c, others, ttl)
+	checkHeld(t, c, others)
 	for _, k := range others {
 		if h.count(k.Key()) > 0 {
 			t.Errorf("%s: a renewal failed", k.Key())
@@ -366,7 +366,7 @@ func TestRenewalsBatchRedlockFrozenNode(t *testing.T) {
 		t.Errorf("%.3f script calls per lock per renewal interval on the two live nodes, want ≤ 0.2", per)
 	}
 	for _, c := range admins {
-		checkHeld(t, c, locks, ttl)
+		checkHeld(t, c, locks)
 	}
 }
 
@@ -411,5 +411,5 @@ func TestRenewalsBatchCluster(t *testing.T) {
 	if per := perLockRenewals(t, admins, len(locks), ttl, 3); per > 0.1 {
 		t.Errorf("%.3f script calls per lock per renewal interval, want ≤ 0.1", per)
 	}
-	checkHeld(t, cc, locks, ttl)
+	checkHeld(t, cc, locks)
 }

@@ -36,17 +36,24 @@ func TestParseStats(t *testing.T) {
 	}
 }
 
-// The shared-hold and AcquireAll scenarios, briefly: they run, nobody holds
-// a key alongside a writer or another exclusive holder, and the report shows
-// them.
-func TestSharedAndMultiScenarios(t *testing.T) {
+// startServer starts a redis-server for the test (skipping it where there
+// is no redis-server binary), with an admin client closed at its end.
+func startServer(t *testing.T) Server {
+	t.Helper()
 	if _, err := dlocktest.Binary(); err != nil {
 		t.Skip(err)
 	}
 	s := dlocktest.Start(t)
 	admin := s.Client()
-	defer admin.Close()
-	srv := Server{Addr: s.Addr(), Admin: admin}
+	t.Cleanup(func() { admin.Close() })
+	return Server{Addr: s.Addr(), Admin: admin}
+}
+
+// The shared-hold and AcquireAll scenarios, briefly: they run, nobody holds
+// a key alongside a writer or another exclusive holder, and the report shows
+// them.
+func TestSharedAndMultiScenarios(t *testing.T) {
+	srv := startServer(t)
 	r := &Report{Reps: 1}
 	rw, err := ReadWrite(srv, 4, time.Millisecond, 50*time.Millisecond, 400*time.Millisecond)
 	if err != nil {
@@ -80,13 +87,7 @@ func TestSharedAndMultiScenarios(t *testing.T) {
 // run, their figures are sane, and the report shows them. (The full sizes
 // run in dlockbench's full runs only.)
 func TestScaleAndNetworkScenarios(t *testing.T) {
-	if _, err := dlocktest.Binary(); err != nil {
-		t.Skip(err)
-	}
-	s := dlocktest.Start(t)
-	admin := s.Client()
-	defer admin.Close()
-	srv := Server{Addr: s.Addr(), Admin: admin}
+	srv := startServer(t)
 	r := &Report{Reps: 1, Libraries: []Library{DlockLibrary(true), RedislockLibrary(false)}}
 
 	ml, err := ManyLocks(srv, 50, 900*time.Millisecond, 500*time.Millisecond, 8)
@@ -109,7 +110,7 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 	}
 	r.ManyWaiters = append(r.ManyWaiters, mw)
 
-	rtt, err := CalibrateProxy(s.Addr(), 100*time.Microsecond, 20)
+	rtt, err := CalibrateProxy(srv.Addr, 100*time.Microsecond, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 		t.Errorf("PING through proxies adding 100µs each way: %+v", rtt)
 	}
 	r.NetLatency, r.NetRTT = 100*time.Microsecond, rtt
-	px, err := NewLatencyProxy(s.Addr(), rtt.Delay)
+	px, err := NewLatencyProxy(srv.Addr, rtt.Delay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 		row = append(row, u)
 	}
 	r.NetUncontended1 = append(r.NetUncontended1, row)
-	c, err := Contended(r.Libraries[0], Server{Addr: px.Addr(), Admin: admin}, 4, 200*time.Microsecond, 30*time.Millisecond, 150*time.Millisecond)
+	c, err := Contended(r.Libraries[0], Server{Addr: px.Addr(), Admin: srv.Admin}, 4, 200*time.Microsecond, 30*time.Millisecond, 150*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

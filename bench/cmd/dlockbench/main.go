@@ -187,22 +187,15 @@ func run(quick bool, reps int, out string) error {
 		if !want("uncontended") {
 			break
 		}
-		for rep := 0; rep < s.reps; rep++ {
-			var row []bench.UncontendedResult
-			for _, lib := range libs {
-				res, err := bench.Uncontended(lib, addr, g, s.warm, s.dur, &srv)
-				if err != nil {
-					return err
-				}
-				log("uncontended g=%d rep %d %-16s %8.0f ops/s  acq p50 %v", g, rep+1, lib.Name, res.OpsPerSec, res.AcqP50)
-				row = append(row, res)
-			}
-			if g == 1 {
-				r.Uncontended1 = append(r.Uncontended1, row)
-			} else {
-				r.Uncontended64 = append(r.Uncontended64, row)
-			}
-			flush()
+		dst := &r.Uncontended64
+		if g == 1 {
+			dst = &r.Uncontended1
+		}
+		err := uncontendedReps(dst, libs, s.reps, "uncontended", g, log, flush, func(lib bench.Library) (bench.UncontendedResult, error) {
+			return bench.Uncontended(lib, addr, g, s.warm, s.dur, &srv)
+		})
+		if err != nil {
+			return err
 		}
 	}
 
@@ -211,20 +204,11 @@ func run(quick bool, reps int, out string) error {
 		if !want("contended") {
 			break
 		}
-		cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
-		for rep := 0; rep < s.reps; rep++ {
-			var row []bench.ContendedResult
-			for _, lib := range libs {
-				res, err := bench.Contended(lib, srv, cfg.w, cfg.hold, s.warm, s.dur)
-				if err != nil {
-					return err
-				}
-				log("contended W=%d hold=%v rep %d %-16s %7.0f acq/s handoff p50 %v fair %.2f rt %.1f cmds %.1f viol %d err %d",
-					cfg.w, cfg.hold, rep+1, lib.Name, res.AcqPerSec, res.HandoffP50, res.Fairness(), res.RoundTrips, res.Commands, res.Violations, res.Errors)
-				row = append(row, res)
-				flush()
-			}
-			cc.Runs = append(cc.Runs, row)
+		cc, err := contendedReps(cfg, libs, s.reps, "contended", log, flush, func(lib bench.Library) (bench.ContendedResult, error) {
+			return bench.Contended(lib, srv, cfg.w, cfg.hold, s.warm, s.dur)
+		})
+		if err != nil {
+			return err
 		}
 		r.Contended = append(r.Contended, cc)
 	}
@@ -418,11 +402,14 @@ func run(quick bool, reps int, out string) error {
 	return report(r, out)
 }
 
-// contendedConfigs are the contended scenario's configurations.
-var contendedConfigs = []struct {
+// contendedConfig is one configuration of the contended scenario.
+type contendedConfig struct {
 	w    int
 	hold time.Duration
-}{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}}
+}
+
+// contendedConfigs are the contended scenario's configurations.
+var contendedConfigs = []contendedConfig{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}}
 
 // manyWaitersCluster runs the many-waiters scenario on a Cluster of 3
 // masters that it starts and stops.
@@ -472,53 +459,76 @@ func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Se
 		return f(px.Addr())
 	}
 	for _, g := range []int{1, 64} {
-		for rep := 0; rep < s.netReps; rep++ {
-			var row []bench.UncontendedResult
-			for _, lib := range libs {
-				var res bench.UncontendedResult
-				err := proxied(func(addr string) error {
-					var err error
-					res, err = bench.Uncontended(lib, []string{addr}, g, s.netWarm, s.netDur, &srv)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				log("network uncontended g=%d rep %d %-16s %8.0f ops/s  acq p50 %v", g, rep+1, lib.Name, res.OpsPerSec, res.AcqP50)
-				row = append(row, res)
-			}
-			if g == 1 {
-				r.NetUncontended1 = append(r.NetUncontended1, row)
-			} else {
-				r.NetUncontended64 = append(r.NetUncontended64, row)
-			}
-			flush()
+		dst := &r.NetUncontended64
+		if g == 1 {
+			dst = &r.NetUncontended1
+		}
+		err := uncontendedReps(dst, libs, s.netReps, "network uncontended", g, log, flush, func(lib bench.Library) (res bench.UncontendedResult, err error) {
+			err = proxied(func(addr string) error {
+				res, err = bench.Uncontended(lib, []string{addr}, g, s.netWarm, s.netDur, &srv)
+				return err
+			})
+			return res, err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	for _, cfg := range contendedConfigs {
-		cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
-		for rep := 0; rep < s.netReps; rep++ {
-			var row []bench.ContendedResult
-			for _, lib := range libs {
-				var res bench.ContendedResult
-				err := proxied(func(addr string) error {
-					var err error
-					res, err = bench.Contended(lib, bench.Server{Addr: addr, Admin: srv.Admin}, cfg.w, cfg.hold, s.netWarm, s.netDur)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				log("network contended W=%d hold=%v rep %d %-16s %7.0f acq/s handoff p50 %v fair %.2f rt %.1f cmds %.1f viol %d err %d",
-					cfg.w, cfg.hold, rep+1, lib.Name, res.AcqPerSec, res.HandoffP50, res.Fairness(), res.RoundTrips, res.Commands, res.Violations, res.Errors)
-				row = append(row, res)
-				flush()
-			}
-			cc.Runs = append(cc.Runs, row)
+		cc, err := contendedReps(cfg, libs, s.netReps, "network contended", log, flush, func(lib bench.Library) (res bench.ContendedResult, err error) {
+			err = proxied(func(addr string) error {
+				res, err = bench.Contended(lib, bench.Server{Addr: addr, Admin: srv.Admin}, cfg.w, cfg.hold, s.netWarm, s.netDur)
+				return err
+			})
+			return res, err
+		})
+		if err != nil {
+			return err
 		}
 		r.NetContended = append(r.NetContended, cc)
 	}
 	return nil
+}
+
+// uncontendedReps runs the uncontended scenario with g goroutines reps
+// times, each library in turn (run runs one), and appends each
+// repetition's row to dst, flushing after each.
+func uncontendedReps(dst *[][]bench.UncontendedResult, libs []bench.Library, reps int, what string, g int, log func(string, ...any), flush func(), run func(bench.Library) (bench.UncontendedResult, error)) error {
+	for rep := 0; rep < reps; rep++ {
+		var row []bench.UncontendedResult
+		for _, lib := range libs {
+			res, err := run(lib)
+			if err != nil {
+				return err
+			}
+			log("%s g=%d rep %d %-16s %8.0f ops/s  acq p50 %v", what, g, rep+1, lib.Name, res.OpsPerSec, res.AcqP50)
+			row = append(row, res)
+		}
+		*dst = append(*dst, row)
+		flush()
+	}
+	return nil
+}
+
+// contendedReps runs the contended configuration cfg reps times, each
+// library in turn (run runs one), flushing after each run.
+func contendedReps(cfg contendedConfig, libs []bench.Library, reps int, what string, log func(string, ...any), flush func(), run func(bench.Library) (bench.ContendedResult, error)) (bench.ContendedConfig, error) {
+	cc := bench.ContendedConfig{Workers: cfg.w, Hold: cfg.hold}
+	for rep := 0; rep < reps; rep++ {
+		var row []bench.ContendedResult
+		for _, lib := range libs {
+			res, err := run(lib)
+			if err != nil {
+				return cc, err
+			}
+			log("%s W=%d hold=%v rep %d %-16s %7.0f acq/s handoff p50 %v fair %.2f rt %.1f cmds %.1f viol %d err %d",
+				what, cfg.w, cfg.hold, rep+1, lib.Name, res.AcqPerSec, res.HandoffP50, res.Fairness(), res.RoundTrips, res.Commands, res.Violations, res.Errors)
+			row = append(row, res)
+			flush()
+		}
+		cc.Runs = append(cc.Runs, row)
+	}
+	return cc, nil
 }
 
 // report prints the report, and writes it and its charts to out if set.
