@@ -118,7 +118,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		case <-ks.wake:
 		default:
 		}
-		ready := l.inboxReady()
+		ready := l.inboxReady(ks)
 		k, res := l.attempt(ctx, key, cfg, ks, ready)
 		a.attempted(k, res.class())
 		if k != nil {
@@ -131,7 +131,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 			return nil, res.err(key, ctx)
 		}
 		last = &res
-		if again, err := l.canWait(ctx, key, ready, cfg.ttl); err != nil {
+		if again, err := l.canWait(ctx, ks, ready, cfg.ttl); err != nil {
 			return nil, err
 		} else if again {
 			continue
@@ -178,12 +178,12 @@ func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a 
 // the inbox on nodes where it was not ready, so that the waiter tries again
 // at once, registering (a release between the failed attempt and the
 // subscription would otherwise go unheard).
-func (l *Locker) canWait(ctx context.Context, key string, ready []bool, ttl time.Duration) (again bool, err error) {
-	if err := l.inboxRefused(); err != nil {
+func (l *Locker) canWait(ctx context.Context, ks *keyState, ready []bool, ttl time.Duration) (again bool, err error) {
+	if err := l.inboxRefused(ks); err != nil {
 		return false, fmt.Errorf("%w: %q: cannot wait: the subscription to the waiters' channel %s was refused: %w",
-			ErrMisconfigured, key, l.inbox, err)
+			ErrMisconfigured, ks.key, l.inbox, err)
 	}
-	return !allTrue(ready) && l.subscribe(ctx, l.nodeTimeout(ttl)), nil
+	return !allTrue(ready) && l.subscribe(ctx, ks, l.nodeTimeout(ttl)), nil
 }
 
 // waitTimer is the one timer of a wait loop, made at its first sleep.

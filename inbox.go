@@ -4,29 +4,32 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/internal/inbox"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
-// inboxReady reports, per node, whether the Locker's inbox subscription is
-// confirmed there.
-func (l *Locker) inboxReady() []bool {
+// inboxReady reports, per node, whether the Locker's inbox subscription for
+// ks's key is confirmed there.
+func (l *Locker) inboxReady(ks *keyState) []bool {
 	ready := make([]bool, len(l.subs))
 	for i, s := range l.subs {
-		ready[i] = s.Ready()
+		ready[i] = s.Ready(ks.hashSlot)
 	}
 	return ready
 }
 
-// subscribe subscribes the Locker's inbox on every node where it has not
-// been requested yet, and waits up to timeout for those confirmations (not
+// subscribe subscribes the Locker's inbox for ks's key on every node where
+// it has not been requested yet, and waits up to timeout for those confirmations (not
 // again for a node that was asked before and has not confirmed: it is down,
 // and its subscription comes back on its own). It reports whether any node
 // newly confirmed, i.e. whether an immediate new attempt can register where
 // the last one could not.
-func (l *Locker) subscribe(ctx context.Context, timeout time.Duration) bool {
+func (l *Locker) subscribe(ctx context.Context, ks *keyState, timeout time.Duration) bool {
 	var pending []<-chan struct{}
 	for _, s := range l.subs {
-		if ch := s.Start(); ch != nil {
+		if ch := s.Start(ks.hashSlot); ch != nil {
 			pending = append(pending, ch)
 		}
 	}
@@ -51,7 +54,45 @@ func (l *Locker) subscribe(ctx context.Context, timeout time.Duration) bool {
 	return true
 }
 
-// newSubscriber returns the inbox subscription of node i (see
+// newInbox returns the inbox of node i (see internal/inbox): on a Locker of
+// one Cluster, sharded (the waiters' members say so, see memberID), with
+// the classic subscription as its fallback.
+func (l *Locker) newInbox(i int) inbox.Inbox {
+	classic := l.newSubscriber(i)
+	cc, ok := l.nodes[i].Client.(*redis.ClusterClient)
+	if !ok || len(l.nodes) > 1 {
+		return classic
+	}
+	l.sharded = inbox.NewSharded(inbox.ShardedConfig{
+		Client: cc,
+		Channel: func(slot int) string {
+			return l.inboxes + "{" + keys.SlotTag(slot) + "}" + l.id + shardedMark
+		},
+		Done:      l.done,
+		Permanent: permanent,
+		Deliver:   func(payload string) { l.deliver(i, payload) },
+		Refused: func(err error) {
+			l.nodeEvent(i, "", &subscriptionError{channel: l.inboxes + "{…}" + l.id + shardedMark, err: err})
+		},
+		Wake:     l.wakeSlot,
+		Fallback: classic,
+	})
+	return l.sharded
+}
+
+// shardedMark ends the LOCKERID of the waiters' members of a Locker whose
+// inbox is sharded: release.lua wakes them with SPUBLISH.
+const shardedMark = "s"
+
+// memberID is the LOCKERID of the Locker's waiters' members.
+func (l *Locker) memberID() string {
+	if l.sharded != nil && l.sharded.Active() {
+		return l.id + shardedMark
+	}
+	return l.id
+}
+
+// newSubscriber returns the classic inbox subscription of node i (see
 // internal/inbox).
 func (l *Locker) newSubscriber(i int) *inbox.Subscriber {
 	return inbox.New(inbox.Config{
@@ -68,11 +109,11 @@ func (l *Locker) newSubscriber(i int) *inbox.Subscriber {
 }
 
 // inboxRefused returns an error when so many nodes refused the inbox
-// subscription that no quorum of them can wake a waiter.
-func (l *Locker) inboxRefused() error {
+// subscription for ks's key that no quorum of them can wake its waiter.
+func (l *Locker) inboxRefused(ks *keyState) error {
 	var errs []error
 	for i, s := range l.subs {
-		if err := s.Refusal(); err != nil {
+		if err := s.Refusal(ks.hashSlot); err != nil {
 			errs = append(errs, l.nodeErr(i, err))
 		}
 	}

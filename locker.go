@@ -35,7 +35,8 @@ type Locker struct {
 	reserve time.Duration
 
 	// id names this Locker in waiter registrations; a waiter is told of
-	// releases on the channel inbox (prefix + "inbox:" + id).
+	// releases on the channel inbox (prefix + "inbox:" + id), or, when the
+	// inbox is sharded, on one channel per hash slot (see newInbox).
 	id      string
 	inbox   string
 	inboxes string // the prefix of every inbox channel
@@ -44,8 +45,11 @@ type Locker struct {
 	// milliseconds.
 	reserveArg, retentionArg, inboxesArg, defaultTTLArg any
 	seq                                                 atomic.Uint64
-	subs                                                []*inbox.Subscriber
+	subs                                                []inbox.Inbox
 	cleaners                                            []*cleanup.Cleaner // per node
+	// sharded is the inbox of a Locker on one Cluster (also in subs), nil
+	// otherwise.
+	sharded *inbox.Sharded
 	// nameCache caches the names of recently used keys (see names).
 	nameCache *keys.Cache
 
@@ -188,7 +192,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 			}
 		}
 		l.nodes = append(l.nodes, node)
-		l.subs = append(l.subs, l.newSubscriber(i))
+		l.subs = append(l.subs, l.newInbox(i))
 		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
 	return l

@@ -19,13 +19,13 @@ type nodeWait struct {
 // successive keyStates for the same key, so that a late removal of an old
 // registration cannot remove a new one.
 func (l *Locker) waiterMember(key string) string {
-	return l.id + ":" + strconv.FormatUint(l.seq.Add(1), 10) + ":" + key
+	return l.memberID() + ":" + strconv.FormatUint(l.seq.Add(1), 10) + ":" + key
 }
 
 // readerMember names the waiter of a shared acquisition (see
 // keyState.shared): its SEQ begins with "r", which tells the scripts.
 func (l *Locker) readerMember(seq uint64, key string) string {
-	return l.id + ":r" + strconv.FormatUint(seq, 10) + ":" + key
+	return l.memberID() + ":r" + strconv.FormatUint(seq, 10) + ":" + key
 }
 
 // newMember is a new member for ks's waiter, of its kind.

@@ -198,6 +198,9 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	}
 }
 
+// noSlotTag is release.lua's slot tag off a Cluster.
+var noSlotTag any = ""
+
 // runRelease runs release.lua with c, node i's client: expected is the
 // owner token or a reservation "~ID"; leaving is a waiter id to remove from
 // the queue, or ""; wake says whether to wake the next waiter; meta whether
@@ -205,7 +208,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 // to leave a tombstone for expected, a dead token of which a command may
 // still run (see cleaner).
 func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
-	var w, m, listeners, tomb any = "0", "0", "1", "0"
+	var w, m, listeners, tomb, tag any = "0", "0", "1", "0", noSlotTag
 	if wake {
 		w = "1"
 	}
@@ -219,9 +222,11 @@ func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient,
 		// An inbox's subscription may sit on another node of the Cluster:
 		// PUBLISH does not count its receivers there.
 		listeners = "0"
+		// A waiter's sharded inbox listens in the key's slot.
+		tag = keys.SlotTag(keys.Slot(nm.Lock))
 	}
 	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: l.inboxesArg, Reserve: l.reserveArg, Leaving: leaving,
-		Wake: w, Metadata: m, Listeners: listeners, Bury: tomb, Retention: l.retentionArg}
+		Wake: w, Metadata: m, Listeners: listeners, Bury: tomb, Retention: l.retentionArg, SlotTag: tag}
 	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys[:]))
 	return script.IntReply("release", v, err)
 }

@@ -18,6 +18,9 @@ type keyState struct {
 	key   string
 	names *keys.Names
 	slot  waitSlot // its entry in Locker.keys
+	// hashSlot is the key's Cluster hash slot on a Locker whose inbox is
+	// sharded (see Locker.sharded), 0 otherwise.
+	hashSlot int
 	// shared: the waiter of one shared acquisition (WithShared), which
 	// has a keyState, a registration and a member ("LOCKERID:rSEQ:KEY")
 	// of its own, so that a release wakes every shared waiter at once.
@@ -70,6 +73,9 @@ func (l *Locker) keyState(key string, shared bool) *keyState {
 			l: l, key: key, names: l.names(key), slot: slot, shared: shared,
 			wake:  make(chan struct{}, 1),
 			nodes: make([]nodeWait, n),
+		}
+		if l.sharded != nil {
+			ks.hashSlot = keys.Slot(ks.names.Lock)
 		}
 		for i := range ks.nodes {
 			ks.nodes[i].pos = "0"
@@ -218,8 +224,12 @@ func (l *Locker) deliver(i int, payload string) {
 	if !ok {
 		return
 	}
-	rest, ok := strings.CutPrefix(member, l.id+":")
+	rest, ok := strings.CutPrefix(member, l.id)
 	if !ok {
+		return
+	}
+	rest = strings.TrimPrefix(rest, shardedMark)
+	if rest, ok = strings.CutPrefix(rest, ":"); !ok {
 		return
 	}
 	seq, key, ok := strings.Cut(rest, ":")
@@ -257,5 +267,18 @@ func (l *Locker) wakeAll() {
 	defer l.mu.Unlock()
 	for _, ks := range l.keys {
 		ks.signal()
+	}
+}
+
+// wakeSlot makes the waiters of the keys of a hash slot try again: after
+// the Locker's sharded inbox confirmed the slot's subscription (see
+// inbox.Sharded).
+func (l *Locker) wakeSlot(slot int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ks := range l.keys {
+		if ks.hashSlot == slot {
+			ks.signal()
+		}
 	}
 }

@@ -140,7 +140,8 @@ func New(cfg Config) *Subscriber { return &Subscriber{cfg: cfg} }
 // Start subscribes if that has not been done, and then returns a channel
 // closed once the subscription is confirmed (or refused); it returns nil
 // if the subscription was requested before (or the Subscriber is closed).
-func (s *Subscriber) Start() <-chan struct{} {
+// The slot is ignored: one channel serves every key (see Sharded).
+func (s *Subscriber) Start(slot int) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.ps != nil {
@@ -161,16 +162,16 @@ func (s *Subscriber) Started() bool {
 }
 
 // Ready reports whether the subscription is confirmed: an attempt may
-// register as a waiter.
-func (s *Subscriber) Ready() bool {
+// register as a waiter (for a key of any slot).
+func (s *Subscriber) Ready(slot int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.isReady
 }
 
 // Refusal is the node's permanent refusal of the subscription, until a
-// later confirmation; nil if none.
-func (s *Subscriber) Refusal() error {
+// later confirmation; nil if none (for a key of any slot).
+func (s *Subscriber) Refusal(slot int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refusal
@@ -271,4 +272,15 @@ func (s *Subscriber) setSubscribing(on bool) {
 	s.mu.Lock()
 	s.subscribing = on
 	s.mu.Unlock()
+}
+
+// An Inbox is a Locker's inbox on one node: a Subscriber, or on a Cluster
+// with sharded pub/sub a Sharded. Its slot arguments are the hash slots of
+// the waiters' keys.
+type Inbox interface {
+	Start(slot int) <-chan struct{}
+	Started() bool
+	Ready(slot int) bool
+	Refusal(slot int) error
+	Close() error
 }

@@ -21,3 +21,13 @@ func TestMake(t *testing.T) {
 		t.Errorf("Cache.Get: %p %p %q", a, b, a.Lock)
 	}
 }
+
+// TestSlotTags: the tag of every slot hashes to it.
+func TestSlotTags(t *testing.T) {
+	for s := range Slots {
+		tag := SlotTag(s)
+		if len(tag) != 3 || Slot("x{"+tag+"}y") != s {
+			t.Fatalf("slot %d: tag %q is in slot %d", s, tag, Slot("x{"+tag+"}y"))
+		}
+	}
+}

@@ -33,6 +33,14 @@
 --                        the lock (or a semaphore's last permit) is released,
 --                        the counter, kept as long as its holders, lives this
 --                        long from now (see extend.lua)
+-- ARGV[10] slot tag      on a Cluster, a text in KEYS[1]'s hash slot; "" or
+--                        absent elsewhere. A waiter whose Locker listens on
+--                        sharded pub/sub (its LOCKERID ends in "s") is told
+--                        with SPUBLISH on ARGV[2].."{"..ARGV[10].."}"..LOCKERID,
+--                        a channel of the key's slot, so that the message
+--                        stays on the key's shard (a PUBLISH crosses the
+--                        whole Cluster's bus); every other waiter with PUBLISH
+--                        on ARGV[2]..LOCKERID
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
@@ -71,13 +79,22 @@ local function clock()
   end
   return now
 end
-local function inbox(w)
-  return ARGV[2] .. string.match(w, '^[^:]*')
-end
+local tag = ARGV[10] or ''
 -- tell publishes msg to waiter w's inbox; it reports false when nobody can
 -- have heard it (see ARGV[7]).
 local function tell(w, msg)
-  local heard = redis.call('PUBLISH', inbox(w), msg .. ' ' .. w)
+  local id = string.match(w, '^[^:]*')
+  local heard
+  if tag ~= '' and string.sub(id, -1) == 's' then
+    -- A server without sharded pub/sub (Redis < 7.0) refuses SPUBLISH:
+    -- nobody can hear it there, and the release goes on.
+    heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
+    if type(heard) ~= 'number' then
+      heard = 0
+    end
+  else
+    heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
+  end
   return heard > 0 or ARGV[7] ~= '1'
 end
 local function live(w)

@@ -128,12 +128,12 @@ func (a AcquireArgs) WaiterCommand(keys []any, w Waiter) []any {
 
 // ReleaseArgs are release.lua's ARGV (see its header).
 type ReleaseArgs struct {
-	Expected, InboxPrefix, Reserve, Leaving, Wake, Metadata, Listeners, Bury, Retention any
+	Expected, InboxPrefix, Reserve, Leaving, Wake, Metadata, Listeners, Bury, Retention, SlotTag any
 }
 
 // Command is the command of release.lua with keys and a.
 func (a *ReleaseArgs) Command(keys []any) []any {
-	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention)
+	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention, a.SlotTag)
 }
 
 // An ExtendCall builds the command of extend.lua for several locks at

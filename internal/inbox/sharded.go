@@ -1,0 +1,512 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ShardedConfig is what a Sharded needs of its Locker.
+type ShardedConfig struct {
+	Client *redis.ClusterClient
+	// Channel is the Locker's inbox channel of a hash slot: a name in that
+	// slot, so that a release of a key of the slot reaches it with
+	// SPUBLISH on the key's own shard.
+	Channel func(slot int) string
+	Done    <-chan struct{} // closed when the Locker's Close begins
+	// Permanent tells the errors that waiting cannot fix.
+	Permanent func(error) bool
+	// Deliver handles a message of the inbox.
+	Deliver func(payload string)
+	// Refused is told of the first refusal (before the waiters learn it,
+	// so that the log tells it first).
+	Refused func(err error)
+	// Wake makes the waiters of the keys of slot try again: after a
+	// confirmation (a waiter may now register; after the slot moved, a
+	// release may have gone unheard) and after a refusal (they report it).
+	Wake func(slot int)
+	// Fallback is the classic subscription, used instead once a node
+	// answers that it has no sharded pub/sub (Redis before 7.0).
+	Fallback *Subscriber
+}
+
+// A Sharded is a Locker's inbox on a Redis Cluster with sharded pub/sub
+// (Redis 7.0+): one channel per hash slot that the Locker waits on
+// (Channel), subscribed with SSUBSCRIBE on the master that serves the slot,
+// over one connection per master, from the first time the Locker waits for
+// a key of the slot until Close. A release wakes a waiter with SPUBLISH in
+// the key's slot, so that the message never crosses the cluster bus.
+//
+// A slot's subscription follows the slot: when its master drops it (the
+// slot migrated, or the master became a replica: Redis pushes sunsubscribe),
+// refuses it (MOVED: the Cluster client's map was stale) or its connection
+// fails (a failover), the slot is routed again (the Cluster client's map
+// reloaded, backing off 50ms more per failure, at most 1s) and, once the
+// new master confirms it, the slot's waiters try again (a release may have
+// gone unheard meanwhile). go-redis' own resubscription is not used: it
+// sends every channel of a connection in one SSUBSCRIBE, which a Cluster
+// refuses for channels of several slots, so a connection that fails is
+// closed, and its slots subscribed again one by one.
+//
+// A node that has no sharded pub/sub (it answers "unknown command") makes
+// the Sharded fall back, for good, to the classic subscription (Fallback).
+type Sharded struct {
+	cfg ShardedConfig
+
+	mu        sync.Mutex
+	slots     map[int]*slotSub
+	byChannel map[string]int
+	shards    map[string]*shard // by master address
+	// pending are the slots to route, with the time each is due.
+	pending     map[int]time.Time
+	failures    int  // routing rounds that failed in a row
+	unsupported bool // a node has no sharded pub/sub: Fallback serves
+	refusedOnce bool // Refused was told
+	closed      bool
+	kick        chan struct{} // wakes the router
+	stop        chan struct{} // closed by Close
+	routing     bool          // the router runs
+	// subscribing: the router is in a subscription's connection, which a
+	// frozen node can hold for the client's timeouts.
+	subscribing bool
+	router      sync.WaitGroup // the router
+	wg          sync.WaitGroup // the receive loops
+}
+
+// slotSub is the subscription of one slot's channel.
+type slotSub struct {
+	channel string
+	ready   chan struct{} // closed on the first confirmation, or a refusal
+	woken   bool          // ready is closed
+	isReady bool          // confirmed where the slot is served now
+	refusal error         // a permanent refusal, until a confirmation
+	at      *shard        // the connection it is subscribed on; nil while routed
+}
+
+// shard is one connection, to one master.
+type shard struct {
+	addr string
+	ps   *redis.PubSub
+	dead bool // closed: what it still reads is ignored
+}
+
+// NewSharded returns a Sharded that has subscribed nothing yet.
+func NewSharded(cfg ShardedConfig) *Sharded {
+	return &Sharded{
+		cfg:       cfg,
+		slots:     make(map[int]*slotSub),
+		byChannel: make(map[string]int),
+		shards:    make(map[string]*shard),
+		pending:   make(map[int]time.Time),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+	}
+}
+
+// Active reports whether the inbox is sharded: false once a node has said
+// it has no sharded pub/sub (the Fallback serves then).
+func (s *Sharded) Active() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.unsupported
+}
+
+// Start subscribes slot's channel if that has not been requested, and then
+// returns a channel closed once it is confirmed (or refused); it returns
+// nil if it was requested before (or the Sharded is closed).
+func (s *Sharded) Start(slot int) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported {
+		return s.cfg.Fallback.Start(slot)
+	}
+	if s.closed || s.slots[slot] != nil {
+		return nil
+	}
+	ch := s.cfg.Channel(slot)
+	st := &slotSub{channel: ch, ready: make(chan struct{})}
+	s.slots[slot] = st
+	s.byChannel[ch] = slot
+	s.queue(slot, 0)
+	return st.ready
+}
+
+// Started reports whether any subscription was requested.
+func (s *Sharded) Started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.slots) > 0 || s.cfg.Fallback.Started()
+}
+
+// Ready reports whether slot's subscription is confirmed by the master
+// that serves the slot now: an attempt may register as a waiter.
+func (s *Sharded) Ready(slot int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported {
+		return s.cfg.Fallback.Ready(slot)
+	}
+	st := s.slots[slot]
+	return st != nil && st.isReady
+}
+
+// Refusal is the permanent refusal of slot's subscription, until a later
+// confirmation; nil if none.
+func (s *Sharded) Refusal(slot int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported {
+		return s.cfg.Fallback.Refusal(slot)
+	}
+	if st := s.slots[slot]; st != nil {
+		return st.refusal
+	}
+	return nil
+}
+
+// Close closes every connection and the Fallback, and waits for the
+// goroutines, except a router still connecting to a frozen node (it ends
+// once go-redis gives up, within the client's timeouts).
+func (s *Sharded) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	var errs []error
+	for _, sh := range s.shards {
+		sh.dead = true
+		errs = append(errs, sh.ps.Close())
+	}
+	s.shards = nil
+	subscribing := s.subscribing
+	s.mu.Unlock()
+	errs = append(errs, s.cfg.Fallback.Close())
+	s.wg.Wait()
+	if !subscribing {
+		s.router.Wait()
+	}
+	return errors.Join(errs...)
+}
+
+// queue makes slot due for routing after delay, and starts the router if it
+// does not run; s.mu is held.
+func (s *Sharded) queue(slot int, delay time.Duration) {
+	s.pending[slot] = time.Now().Add(delay)
+	if !s.routing {
+		s.routing = true
+		s.router.Add(1)
+		go s.route()
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// route is the router: it subscribes the pending slots as they come due,
+// each where the Cluster client says its master is, until Close.
+func (s *Sharded) route() {
+	defer s.router.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		due, next := s.due()
+		failed := false
+		for _, slot := range due {
+			if err := s.subscribe(slot); err != nil {
+				failed = true
+				s.retry(slot, err)
+			}
+		}
+		s.mu.Lock()
+		if failed {
+			s.failures++
+		} else if len(due) > 0 {
+			s.failures = 0
+		}
+		s.mu.Unlock()
+		if len(due) > 0 {
+			continue // those retried are due later; others may be due now
+		}
+		t.Reset(next)
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// due takes the slots due now, and says how long until the next one is.
+func (s *Sharded) due() ([]int, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	next := time.Hour
+	var due []int
+	for slot, at := range s.pending {
+		if d := at.Sub(now); d > 0 {
+			next = min(next, d)
+			continue
+		}
+		delete(s.pending, slot)
+		due = append(due, slot)
+	}
+	return due, next
+}
+
+// retry queues slot again after a failure to subscribe it, after the
+// backoff, with the Cluster client's map reloaded meanwhile.
+func (s *Sharded) retry(slot int, err error) {
+	s.cfg.Client.ReloadState(context.Background())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.unsupported {
+		return
+	}
+	if st := s.slots[slot]; st != nil && st.at == nil {
+		s.queue(slot, backoff(s.failures+1))
+	}
+}
+
+func backoff(failures int) time.Duration {
+	return min(time.Duration(failures)*50*time.Millisecond, time.Second)
+}
+
+// subscribe sends slot's SSUBSCRIBE to the master that serves it, on that
+// master's connection (made if needed). The confirmation, or the refusal,
+// comes to the connection's receive loop.
+func (s *Sharded) subscribe(slot int) error {
+	s.mu.Lock()
+	st := s.slots[slot]
+	if s.closed || s.unsupported || st == nil || st.at != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.subscribing = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.subscribing = false
+		s.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), SubscribeTimeout)
+	defer cancel()
+	// The channel's hash tag is in slot: the master of its "key" is the
+	// slot's.
+	node, err := s.cfg.Client.MasterForKey(ctx, st.channel)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	addr := node.Options().Addr
+	sh := s.shards[addr]
+	if sh == nil {
+		sh = &shard{addr: addr, ps: node.SSubscribe(context.Background())}
+		s.shards[addr] = sh
+		s.wg.Add(1)
+		go s.receive(sh)
+	}
+	st.at = sh
+	s.mu.Unlock()
+	if err := sh.ps.SSubscribe(ctx, st.channel); err != nil {
+		// The connection failed (the receive loop closes it) or the write
+		// timed out: the slot is routed again.
+		s.mu.Lock()
+		if st.at == sh {
+			st.at = nil
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// receive reads what sh's connection receives until it fails or is closed.
+func (s *Sharded) receive(sh *shard) {
+	defer s.wg.Done()
+	for {
+		msg, err := sh.ps.Receive(context.Background())
+		if err != nil {
+			if !s.replyError(sh, err) {
+				s.lost(sh)
+				return
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.cfg.Deliver(m.Payload)
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe":
+				s.confirmed(sh, m.Channel)
+			case "sunsubscribe":
+				// Never asked for: the master no longer serves the slot.
+				s.dropped(sh, m.Channel)
+			}
+		}
+	}
+}
+
+// confirmed records the confirmation of channel on sh, and wakes the
+// slot's waiters.
+func (s *Sharded) confirmed(sh *shard, channel string) {
+	s.mu.Lock()
+	slot, ok := s.byChannel[channel]
+	st := s.slots[slot]
+	if !ok || st.at != sh {
+		s.mu.Unlock()
+		return // a confirmation from where the slot no longer is
+	}
+	st.isReady, st.refusal = true, nil
+	st.wakeReady()
+	s.mu.Unlock()
+	s.cfg.Wake(slot)
+}
+
+// dropped routes channel's slot again after sh's master dropped it.
+func (s *Sharded) dropped(sh *shard, channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot, ok := s.byChannel[channel]; ok {
+		s.reroute(sh, slot, 0)
+	}
+}
+
+// reroute routes slot again after delay if it is on sh; s.mu is held.
+func (s *Sharded) reroute(sh *shard, slot int, delay time.Duration) {
+	st := s.slots[slot]
+	if s.closed || st == nil || st.at != sh {
+		return
+	}
+	st.at, st.isReady = nil, false
+	s.queue(slot, delay)
+}
+
+// lost closes sh after its connection failed (or go-redis closed its node),
+// and routes its slots again: a failover may have moved them.
+func (s *Sharded) lost(sh *shard) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sh.dead {
+		return
+	}
+	sh.dead = true
+	_ = sh.ps.Close()
+	if s.shards[sh.addr] == sh {
+		delete(s.shards, sh.addr)
+	}
+	s.failures++
+	for slot, st := range s.slots {
+		if st.at == sh {
+			s.reroute(sh, slot, backoff(s.failures))
+		}
+	}
+}
+
+// replyError handles an error that sh's master answered to an SSUBSCRIBE,
+// and reports false for any other error (the connection failed).
+func (s *Sharded) replyError(sh *shard, err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	msg := err.Error()
+	s.mu.Lock()
+	if sh.dead {
+		s.mu.Unlock()
+		return true
+	}
+	switch {
+	case strings.HasPrefix(msg, "MOVED "):
+		// "MOVED SLOT ADDR": the Cluster client's map was stale.
+		if f := strings.Fields(msg); len(f) == 3 {
+			if slot, perr := strconv.Atoi(f[1]); perr == nil {
+				s.reroute(sh, slot, backoff(1))
+			}
+		}
+		s.mu.Unlock()
+		s.cfg.Client.ReloadState(context.Background())
+	case strings.Contains(msg, "unknown command"):
+		s.fallBack()
+		s.mu.Unlock()
+		s.cfg.Fallback.cfg.WakeAll()
+	case s.cfg.Permanent(err):
+		s.refuse(sh, err)
+	default:
+		// CLUSTERDOWN, TRYAGAIN and the like: every slot not confirmed
+		// there is routed again.
+		for slot, st := range s.slots {
+			if st.at == sh && !st.isReady {
+				s.reroute(sh, slot, backoff(s.failures+1))
+			}
+		}
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// refuse records a permanent refusal (NOPERM: the ACL does not allow the
+// channel) for every slot not confirmed on sh, asks again after
+// refusedRetry, and lets the waiters know; s.mu is held, and released.
+func (s *Sharded) refuse(sh *shard, err error) {
+	var refused []int
+	for slot, st := range s.slots {
+		if st.at == sh && !st.isReady {
+			st.refusal = err
+			st.wakeReady()
+			s.reroute(sh, slot, refusedRetry)
+			refused = append(refused, slot)
+		}
+	}
+	first := !s.refusedOnce && len(refused) > 0
+	s.refusedOnce = true
+	s.mu.Unlock()
+	if first {
+		s.cfg.Refused(err)
+	}
+	for _, slot := range refused {
+		s.cfg.Wake(slot)
+	}
+}
+
+// fallBack switches to the classic subscription for good: every waiting
+// subscription request ends, so that its waiter subscribes the Fallback;
+// s.mu is held.
+func (s *Sharded) fallBack() {
+	if s.unsupported {
+		return
+	}
+	s.unsupported = true
+	for _, st := range s.slots {
+		st.wakeReady()
+	}
+	for _, sh := range s.shards {
+		sh.dead = true
+		_ = sh.ps.Close()
+	}
+	s.shards = map[string]*shard{}
+	clear(s.pending)
+}
+
+// wakeReady closes ready once; Sharded.mu is held.
+func (st *slotSub) wakeReady() {
+	if !st.woken {
+		st.woken = true
+		close(st.ready)
+	}
+}

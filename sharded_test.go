@@ -1,0 +1,245 @@
+package dlock_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// clusterInfo returns a field of CLUSTER INFO on s, as a number.
+func clusterInfo(t *testing.T, s *dlocktest.Server, field string) int64 {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	info, err := c.ClusterInfo(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// busPublishes sums the classic publishes that the masters sent over the
+// cluster bus.
+func busPublishes(t *testing.T, cl *dlocktest.Cluster) int64 {
+	t.Helper()
+	var n int64
+	for _, s := range cl.Servers {
+		n += clusterInfo(t, s, "cluster_stats_messages_publish_sent")
+	}
+	return n
+}
+
+// inboxChannels returns the sharded inbox channels subscribed on s.
+func inboxChannels(t *testing.T, s *dlocktest.Server) []string {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	chs, err := c.PubSubShardChannels(ctx(t), "dlock:inbox:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chs
+}
+
+// shardSubscribers counts the connections to s subscribed to sharded
+// channels.
+func shardSubscribers(t *testing.T, s *dlocktest.Server) int {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	list, err := c.ClientList(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "ssub="); ok && v != "0" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestShardedWakeups: on a Cluster of three masters, waiters on keys of
+// every master are woken by their releases without one message over the
+// cluster bus (SPUBLISH in the key's slot, not PUBLISH), and a Locker
+// waiting on many keys holds one pub/sub connection per master.
+func TestShardedWakeups(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	before := busPublishes(t, cl)
+	var held []*dlock.Lock
+	var waiting []<-chan *dlock.Lock
+	for i, s := range cl.Servers {
+		for j := range 4 {
+			key := keyOn(t, cc, s.Addr(), fmt.Sprintf("sharded%d-%d-", i, j))
+			k, err := a.TryAcquire(ctx(t), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, k)
+			waiting = append(waiting, acquireAsync(t, b, key))
+			waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter for "+key)
+		}
+	}
+	for _, s := range cl.Servers {
+		if chs := inboxChannels(t, s); len(chs) != 4 {
+			t.Errorf("%s: %d sharded inbox channels, want 4 (one per slot waited on): %q", s.Addr(), len(chs), chs)
+		}
+		if n := shardSubscribers(t, s); n != 1 {
+			t.Errorf("%s: %d connections subscribed to sharded channels, want 1", s.Addr(), n)
+		}
+	}
+	for i, k := range held {
+		handoff(t, k, waiting[i], "the waiter for "+k.Key())
+	}
+	if n := busPublishes(t, cl) - before; n != 0 {
+		t.Errorf("%d publishes over the cluster bus, want 0", n)
+	}
+}
+
+// migrateSlot moves the slot of key from the master src to dst, keys
+// included (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE).
+func migrateSlot(t *testing.T, src, dst *dlocktest.Server, key string) {
+	t.Helper()
+	s, d := src.Client(), dst.Client()
+	defer s.Close()
+	defer d.Close()
+	c := ctx(t)
+	slot, err := s.ClusterKeySlot(c, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcID, err := s.Do(c, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := d.Do(c, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(d.Do(c, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(s.Do(c, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	for {
+		ks, err := s.ClusterGetKeysInSlot(c, int(slot), 100).Result()
+		must(err)
+		if len(ks) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS"}
+		for _, k := range ks {
+			args = append(args, k)
+		}
+		must(s.Do(c, args...).Err())
+	}
+	must(d.Do(c, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	must(s.Do(c, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+}
+
+// TestShardedSlotMigration: a waiter whose key's slot migrates to another
+// master while it waits subscribes again where the slot now lives, and the
+// release wakes it (the lock's TTL is long: only the release can wake it in
+// time).
+func TestShardedSlotMigration(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	src, dst := cl.Servers[0], cl.Servers[1]
+	key := keyOn(t, cc, src.Addr(), "migrating")
+	// Another key of the waiter, on the master that stays: its
+	// subscription is not disturbed.
+	other := keyOn(t, cc, dst.Addr(), "staying")
+	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := a.Acquire(ctx(t), other, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, b, key)
+	got2 := acquireAsync(t, b, other)
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), other); return st.Waiters == 1 }, "the other waiter")
+	if n := len(inboxChannels(t, src)); n != 1 {
+		t.Fatalf("%d sharded inbox channels on the source before the migration, want 1", n)
+	}
+	migrateSlot(t, src, dst, "dlock:{"+key+"}")
+	waitFor(t, func() bool { return len(inboxChannels(t, dst)) == 2 }, "the waiter to subscribe on the slot's new master")
+	if n := len(inboxChannels(t, src)); n != 0 {
+		t.Errorf("%d sharded inbox channels left on the source", n)
+	}
+	handoff(t, k, got, "the waiter after its slot migrated")
+	handoff(t, k2, got2, "the waiter on the master that stayed")
+}
+
+// TestShardedFailover: the master of a waiter's key is killed and its
+// replica promoted while the waiter waits; the waiter subscribes on the new
+// master, and the release there wakes it.
+func TestShardedFailover(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	key := keyOn(t, cc, cl.Servers[0].Addr(), "failover")
+	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, b, key)
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
+	replica := cl.Replicas[0]
+	waitFor(t, func() bool {
+		c := replica.Client()
+		defer c.Close()
+		c.Do(ctx(t), "READONLY")
+		return c.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1
+	}, "the lock and its waiter to reach the replica")
+	if err := cl.Servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return isMaster(replica) }, "the replica to be promoted")
+	waitFor(t, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the promoted replica")
+	if err := settled(t, func() error { return k.Extend(ctx(t), time.Minute) }); err != nil {
+		t.Fatalf("the lock after the failover: %v", err)
+	}
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatalf("Release after the failover: %v", err)
+	}
+	select {
+	case k2 := <-got:
+		if k2 != nil {
+			_ = k2.Release(ctx(t))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the release on the promoted master")
+	}
+}
