@@ -37,6 +37,7 @@ var aclPlainCommands = map[string]string{
 	"time":          "Status: the server's clock, for the permits' TTLs",
 	"publish":       "Campaign's announcement of a term or a vacancy (election.go)",
 	"subscribe":     "waiting (inbox.go: the waiters' channel) and Observe (election.go: the leader channel)",
+	"ssubscribe":    "waiting on a Cluster (internal/inbox/sharded.go: the waiters' channel of each hash slot)",
 	"ping":          "go-redis' health check of a subscription's connection",
 	"info":          "the CLI's inspection of each plain URL (cmd/dlock/cli.go: a Cluster node without --cluster, two Redlock URLs to one server); the server's version after a script failed as on a server older than MinRedisVersion (scripts.go)",
 	"wait":          "WithReplicaAck (locker.go)",

@@ -76,6 +76,7 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		},
 		Wake:     l.wakeSlot,
 		Fallback: classic,
+		FellBack: func(err error) { l.nodeEvent(i, "", &classicInboxError{err: err}) },
 	})
 	return l.sharded
 }
@@ -137,3 +138,14 @@ func (e *subscriptionError) Error() string {
 }
 
 func (e *subscriptionError) Unwrap() []error { return []error{ErrMisconfigured, e.err} }
+
+// classicInboxError says that a Cluster's waiters use classic pub/sub:
+// sharded pub/sub was refused (a server before Redis 7.0, or an ACL without
+// SSUBSCRIBE), so that each wake-up crosses the cluster bus. Waiting works.
+type classicInboxError struct{ err error }
+
+func (e *classicInboxError) Error() string {
+	return "the waiters use classic pub/sub, whose wake-ups cross the cluster bus: sharded pub/sub was refused: " + e.err.Error()
+}
+
+func (e *classicInboxError) Unwrap() error { return e.err }

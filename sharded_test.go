@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 )
@@ -241,5 +243,50 @@ func TestShardedFailover(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken by the release on the promoted master")
+	}
+}
+
+// TestShardedFallback: a user whose ACL line predates sharded pub/sub (no
+// SSUBSCRIBE, no SPUBLISH) still waits on a Cluster: the waiters fall back
+// to classic pub/sub, and a node error says so once.
+func TestShardedFallback(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	const pw = "sharded-fallback"
+	line := strings.Replace(readmeACL(t, ".", pw), " +spublish +ssubscribe", "", 1)
+	if strings.Contains(line, "ssubscribe") {
+		t.Fatalf("the README's line has no \" +spublish +ssubscribe\" to take out: %s", line)
+	}
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	var args []any
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx(t), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
+	defer cc.Close()
+	rec := newRecorder()
+	a, b := newLocker(t, cc), newLocker(t, cc, dlock.WithHook(rec))
+	for i := range 2 {
+		key := fmt.Sprintf("fallback%d", i)
+		k, err := a.TryAcquire(ctx(t), key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := acquireAsync(t, b, key)
+		waitFor(t, func() bool { return admin.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1 }, "the waiter")
+		handoff(t, k, got, "a waiter on classic pub/sub")
+	}
+	var said int
+	for _, e := range rec.of(dlock.EventNodeError) {
+		if strings.Contains(e.Err.Error(), "classic pub/sub") {
+			said++
+		}
+	}
+	if said != 1 {
+		t.Errorf("%d node errors say that the waiters use classic pub/sub, want 1: %v", said, rec.of(dlock.EventNodeError))
 	}
 }

@@ -45,6 +45,8 @@ type Report struct {
 	// The scale scenarios (dlock only; full runs only).
 	ManyLocks   []ManyLocksResult
 	ManyWaiters []ManyWaitersResult
+	// ClusterWakeups: waiters on a Cluster (dlock only).
+	ClusterWakeups []ClusterWakeupsResult
 	// The uncontended and contended scenarios again, every client through
 	// a LatencyProxy that adds NetLatency each way; NetRTT is the PING
 	// round trip measured directly and through each kind of proxy.
@@ -359,6 +361,14 @@ func (r *Report) targets(d string) []Target {
 		add(what+": heap ≤ 1.5 KB per lock", fmt.Sprintf("%.0f B", x.HeapPerLock), x.HeapPerLock <= 1536)
 		add(what+": no goroutine per lock", fmt.Sprintf("%.2f per lock", x.GoroutinesPerLock), x.GoroutinesPerLock < 0.01)
 	}
+	for _, x := range r.ClusterWakeups {
+		if x.Lib != d {
+			continue
+		}
+		what := fmt.Sprintf("Cluster, %d waiters on %d keys", x.Waiters, x.Keys)
+		add(what+": 0 classic publishes over the cluster bus", fmt.Sprint(x.BusPublishes), x.BusPublishes == 0 && x.Errors == 0)
+		add(what+": release → next holder p50 ≤ 0.6 ms", ms(float64(x.WakeP50)), x.WakeP50 <= 600*time.Microsecond && x.Handoffs > 0)
+	}
 	var dl, rl *AllocResult
 	for i, a := range r.Allocs {
 		if a.Nodes == 1 && a.Lib == d {
@@ -580,6 +590,7 @@ func (r *Report) Markdown(charts bool) string {
 	}
 
 	r.scaleMarkdown(w)
+	r.clusterWakeupsMarkdown(w)
 	r.networkMarkdown(w)
 
 	if len(r.RedlockHealthy) > 0 {
@@ -650,6 +661,28 @@ func (r *Report) scaleMarkdown(w func(string, ...any)) {
 			if x.FirstError != "" {
 				w("First error (%s): %s\n\n", x.Deployment, x.FirstError)
 			}
+		}
+	}
+}
+
+// clusterWakeupsMarkdown renders the Cluster wake-ups section.
+func (r *Report) clusterWakeupsMarkdown(w func(string, ...any)) {
+	if len(r.ClusterWakeups) == 0 {
+		return
+	}
+	x := r.ClusterWakeups[0]
+	w("## Wake-ups on a Cluster: %d waiters on %d keys, %d masters\n\n", x.Waiters, x.Keys, x.Masters)
+	w("%s; no peer (the peers do not wake waiters: they poll). A Cluster of %d masters on this machine; %d keys, spread evenly over the masters (distinct slots); %d waiters, %d per key, each its own client and Locker (as separate processes would be), each acquiring its key %d times, holding it 2 ms, releasing it. Bus publishes: the classic publishes the masters sent over the cluster bus meanwhile (`cluster_stats_messages_publish_sent`, summed over the masters): a PUBLISH on a Cluster is sent to every node, a sharded SPUBLISH stays on the key's shard. Wake-up: the releasing waiter's Release call → the next holder's Acquire returning, over the handoffs from one waiter to the other.\n\n",
+		x.Lib, x.Masters, x.Keys, x.Waiters, x.Waiters/max(x.Keys, 1), x.Rounds)
+	t := table{head: []string{"library", "acquisitions", "handoffs", "bus publishes", "wake-up p50", "wake-up p99", "wake-up max", "errors"}}
+	for _, x := range r.ClusterWakeups {
+		t.add(x.Lib, fmt.Sprint(x.Acquisitions), fmt.Sprint(x.Handoffs), fmt.Sprint(x.BusPublishes),
+			ms(float64(x.WakeP50)), ms(float64(x.WakeP99)), ms(float64(x.WakeMax)), fmt.Sprint(x.Errors))
+	}
+	w("%s\n", t)
+	for _, x := range r.ClusterWakeups {
+		if x.FirstError != "" {
+			w("First error: %s\n\n", x.FirstError)
 		}
 	}
 }

@@ -1491,3 +1491,174 @@ func CalibrateProxy(target string, latency time.Duration, n int) (RTTResult, err
 	}
 	return res, nil
 }
+
+// ClusterWakeupsResult is the outcome of ClusterWakeups.
+type ClusterWakeupsResult struct {
+	Lib              string
+	Masters, Keys    int
+	Waiters, Rounds  int
+	Acquisitions     int
+	Handoffs         int // acquisitions that followed another waiter's release
+	BusPublishes     int64
+	WakeP50, WakeP99 time.Duration
+	WakeMax          time.Duration
+	Errors           int64
+	FirstError       string
+}
+
+// ClusterWakeups runs waitersPerKey waiters (each its own client and
+// Locker, as separate processes would) on each of keys keys spread over
+// the masters of a Cluster, each acquiring its key rounds times, holding it
+// hold, then releasing it. It measures the classic publishes the masters
+// sent over the cluster bus meanwhile (cluster_stats_messages_publish_sent,
+// summed), and the wake-up of each handoff: the releasing waiter's Release
+// call → the next holder's Acquire returning.
+func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time.Duration) (ClusterWakeupsResult, error) {
+	res := ClusterWakeupsResult{Lib: DlockLibrary(true).Name, Masters: len(masters), Keys: keys, Waiters: keys * waitersPerKey, Rounds: rounds}
+	var addrs []string
+	for _, m := range masters {
+		addrs = append(addrs, m.Addr)
+	}
+	publishes := func() (int64, error) {
+		var n int64
+		for _, m := range masters {
+			info, err := m.Admin.ClusterInfo(context.Background()).Result()
+			if err != nil {
+				return 0, err
+			}
+			n += infoInt(info, "cluster_stats_messages_publish_sent")
+		}
+		return n, nil
+	}
+	// The keys, spread over the masters' slots.
+	seq := runSeq.Add(1)
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-cw-%d-{%s}", seq, masterTag(i%len(masters), len(masters), i/len(masters)))
+	}
+	type worker struct {
+		c redis.UniversalClient
+		l *dlock.Locker
+	}
+	ws := make([]worker, res.Waiters)
+	for i := range ws {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		ws[i] = worker{c, dlock.New(c)}
+	}
+	defer func() {
+		for _, w := range ws {
+			_ = w.l.Close()
+			_ = w.c.Close()
+		}
+	}()
+	before, err := publishes()
+	if err != nil {
+		return res, err
+	}
+	type keyState struct {
+		mu       sync.Mutex
+		released time.Time // the last Release call's start
+		by       int       // its worker
+	}
+	states := make([]keyState, keys)
+	var mu sync.Mutex
+	var wakes []time.Duration
+	var errs atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for i := range ws {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			st := &states[i%keys]
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				k, err := ws[i].l.Acquire(ctx, names[i%keys])
+				got := time.Now()
+				if err != nil {
+					cancel()
+					errs.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				st.mu.Lock()
+				if !st.released.IsZero() && st.by != i {
+					mu.Lock()
+					wakes = append(wakes, got.Sub(st.released))
+					mu.Unlock()
+				}
+				st.mu.Unlock()
+				time.Sleep(hold)
+				st.mu.Lock()
+				st.released, st.by = time.Now(), i
+				st.mu.Unlock()
+				if err := k.Release(ctx); err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+				}
+				cancel()
+			}
+		}(i)
+	}
+	wg.Wait()
+	after, err := publishes()
+	if err != nil {
+		return res, err
+	}
+	res.Acquisitions = res.Waiters*rounds - int(errs.Load())
+	res.Handoffs = len(wakes)
+	res.BusPublishes = after - before
+	res.WakeP50, res.WakeP99 = percentile(wakes, 50), percentile(wakes, 99)
+	if len(wakes) > 0 {
+		res.WakeMax = wakes[len(wakes)-1]
+	}
+	res.Errors = errs.Load()
+	if s, ok := first.Load().(string); ok {
+		res.FirstError = s
+	}
+	return res, nil
+}
+
+// masterTag returns the k-th of the hash tags "mJ" whose slot the i-th of
+// n masters serves when the slots are split evenly (as dlocktest.NewCluster
+// splits them).
+func masterTag(i, n, k int) string {
+	lo, hi := i*16384/n, (i+1)*16384/n-1
+	for j := 0; ; j++ {
+		tag := fmt.Sprintf("m%d", j)
+		if s := slotOf(tag); s >= lo && s <= hi {
+			if k == 0 {
+				return tag
+			}
+			k--
+		}
+	}
+}
+
+// infoInt returns the integer field of an INFO-like reply ("field:value"
+// lines), 0 if absent.
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// slotOf is the Cluster hash slot of a key without a hash tag.
+func slotOf(key string) int {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -31,8 +31,11 @@ type ShardedConfig struct {
 	// release may have gone unheard) and after a refusal (they report it).
 	Wake func(slot int)
 	// Fallback is the classic subscription, used instead once a node
-	// answers that it has no sharded pub/sub (Redis before 7.0).
+	// answers that it has no sharded pub/sub (Redis before 7.0), or that
+	// the user may not run SSUBSCRIBE.
 	Fallback *Subscriber
+	// FellBack is told of that answer, once.
+	FellBack func(err error)
 }
 
 // A Sharded is a Locker's inbox on a Redis Cluster with sharded pub/sub
@@ -53,8 +56,10 @@ type ShardedConfig struct {
 // refuses for channels of several slots, so a connection that fails is
 // closed, and its slots subscribed again one by one.
 //
-// A node that has no sharded pub/sub (it answers "unknown command") makes
-// the Sharded fall back, for good, to the classic subscription (Fallback).
+// A node that has no sharded pub/sub (it answers "unknown command"), or
+// that does not let the user run SSUBSCRIBE (an ACL line written for an
+// earlier version), makes the Sharded fall back, for good, to the classic
+// subscription (Fallback), and says so (FellBack).
 type Sharded struct {
 	cfg ShardedConfig
 
@@ -441,9 +446,15 @@ func (s *Sharded) replyError(sh *shard, err error) bool {
 		}
 		s.mu.Unlock()
 		s.cfg.Client.ReloadState(context.Background())
-	case strings.Contains(msg, "unknown command"):
-		s.fallBack()
+	case strings.Contains(msg, "unknown command") || strings.Contains(msg, "'ssubscribe' command"):
+		// No sharded pub/sub on this server (Redis < 7.0), or a user
+		// whose ACL does not allow SSUBSCRIBE (a line made for an
+		// earlier dlock): the classic inbox still serves.
+		first := s.fallBack()
 		s.mu.Unlock()
+		if first {
+			s.cfg.FellBack(err)
+		}
 		s.cfg.Fallback.cfg.WakeAll()
 	case s.cfg.Permanent(err):
 		s.refuse(sh, err)
@@ -486,10 +497,10 @@ func (s *Sharded) refuse(sh *shard, err error) {
 
 // fallBack switches to the classic subscription for good: every waiting
 // subscription request ends, so that its waiter subscribes the Fallback;
-// s.mu is held.
-func (s *Sharded) fallBack() {
+// s.mu is held. It reports whether it switched now.
+func (s *Sharded) fallBack() bool {
 	if s.unsupported {
-		return
+		return false
 	}
 	s.unsupported = true
 	for _, st := range s.slots {
@@ -501,6 +512,7 @@ func (s *Sharded) fallBack() {
 	}
 	s.shards = map[string]*shard{}
 	clear(s.pending)
+	return true
 }
 
 // wakeReady closes ready once; Sharded.mu is held.

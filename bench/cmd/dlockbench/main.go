@@ -33,7 +33,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run, to check that everything works (not to judge speed)")
 	reps := flag.Int("reps", 0, "repetitions of each scenario (default 5, 1 with -quick)")
 	out := flag.String("out", "", "directory to write benchmarks.md and the SVG charts into (default: none)")
-	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, rw, multi, idle, manylocks, network, allocs, redlock (manylocks and network: not with -quick; for a look while working; the report then has gaps, and nothing is written)")
+	only := flag.String("only", "", "run only these scenario groups, comma-separated: uncontended, contended, rw, multi, idle, manylocks, clusterwake, network, allocs, redlock (manylocks and network: not with -quick; for a look while working; the report then has gaps, and nothing is written)")
 	flag.Parse()
 	if *only != "" {
 		for _, g := range strings.Split(*only, ",") {
@@ -324,6 +324,14 @@ func run(quick bool, reps int, out string) error {
 		}
 	}
 
+	// 3b'. Wake-ups on a Cluster (dlock only).
+	if want("clusterwake") {
+		if err := clusterWakeups(r, log); err != nil {
+			return err
+		}
+		flush()
+	}
+
 	// 3c. The uncontended and contended scenarios over a network: every
 	// client through a proxy adding s.netLatency each way (full runs only).
 	if wantFull("network") {
@@ -431,6 +439,33 @@ func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyW
 	}
 	logWaiters(res)
 	r.ManyWaiters = append(r.ManyWaiters, res)
+	return nil
+}
+
+// clusterWakeups runs bench.ClusterWakeups on a Cluster of 3 masters that
+// it starts and stops: 12 waiters on 6 keys, 3 rounds each.
+func clusterWakeups(r *bench.Report, log func(string, ...any)) error {
+	cl, err := dlocktest.NewCluster(3)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var masters []bench.Server
+	for _, m := range cl.Servers {
+		c := m.Client()
+		defer c.Close()
+		masters = append(masters, bench.Server{Addr: m.Addr(), Admin: c})
+	}
+	res, err := bench.ClusterWakeups(masters, 6, 2, 3, 2*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	log("clusterwake %d waiters on %d keys, %d masters: %d acquisitions, %d handoffs; %d bus publishes; wake p50 %v p99 %v max %v; errors %d",
+		res.Waiters, res.Keys, res.Masters, res.Acquisitions, res.Handoffs, res.BusPublishes, res.WakeP50, res.WakeP99, res.WakeMax, res.Errors)
+	if res.FirstError != "" {
+		log("clusterwake first error: %s", res.FirstError)
+	}
+	r.ClusterWakeups = append(r.ClusterWakeups, res)
 	return nil
 }
 
