@@ -171,7 +171,18 @@
 // alone, on its Locker's inbox channel ("dlock:inbox:ID", one pub/sub
 // subscription per node per Locker, made the first time the Locker has to
 // wait), so one waiting process hears of the release and attempts, however
-// many wait. On a single Redis the release also reserves the lock for that
+// many wait. On a Locker of one Cluster client the inbox is sharded (Redis
+// 7.0+): one channel per hash slot that the Locker waits on
+// ("dlock:inbox:{TAG}IDs", TAG a name of the slot), subscribed with
+// SSUBSCRIBE on the slot's master over one connection per master, and the
+// release wakes the waiter with SPUBLISH in the key's slot, so that a
+// wake-up never crosses the cluster bus (a PUBLISH is sent to every node).
+// The subscription follows its slot: when the slot migrates or its master
+// fails over, it is made again on the slot's new master, and the slot's
+// waiters then try again, in case a release went unheard meanwhile. Where a
+// node has no sharded pub/sub (Redis 6), or the user's ACL does not allow
+// SSUBSCRIBE, the Locker uses the classic inbox, and says so once
+// ([EventNodeError]). On a single Redis the release also reserves the lock for that
 // waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
 // after it is told too, and stands in if the woken one has not taken the
 // lock shortly after (it may have died). A waiter also wakes when the
@@ -201,7 +212,7 @@
 // a Cluster node behind a plain client: returned at once). Each wraps the
 // nodes' failures as [*NodeError]. Extend and Release fail with
 // [ErrNotHeld], ErrUnavailable or ErrMisconfigured in the same way. A user
-// whose ACL forbids the waiters' pub/sub channel (PREFIX + "inbox:*") can
+// whose ACL forbids the waiters' pub/sub channels (PREFIX + "inbox:*") can
 // TryAcquire, but Acquire on a held lock returns ErrMisconfigured.
 //
 // # Closing

@@ -1511,8 +1511,9 @@ type ClusterWakeupsResult struct {
 // the masters of a Cluster, each acquiring its key rounds times, holding it
 // hold, then releasing it. It measures the classic publishes the masters
 // sent over the cluster bus meanwhile (cluster_stats_messages_publish_sent,
-// summed), and the wake-up of each handoff: the releasing waiter's Release
-// call → the next holder's Acquire returning.
+// summed), and the wake-up of each handoff from one waiter to another: the
+// releasing waiter's Release returning → the next holder's Acquire
+// returning (as the contended scenario's handoff).
 func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time.Duration) (ClusterWakeupsResult, error) {
 	res := ClusterWakeupsResult{Lib: DlockLibrary(true).Name, Masters: len(masters), Keys: keys, Waiters: keys * waitersPerKey, Rounds: rounds}
 	var addrs []string
@@ -1555,14 +1556,14 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 	if err != nil {
 		return res, err
 	}
-	type keyState struct {
-		mu       sync.Mutex
-		released time.Time // the last Release call's start
-		by       int       // its worker
+	// holds records each key's holds; the holds of one key do not overlap,
+	// so their order of acquisition is the order of the handoffs.
+	type holding struct {
+		got, released time.Time
+		by            int
 	}
-	states := make([]keyState, keys)
+	holds := make([][]holding, keys)
 	var mu sync.Mutex
-	var wakes []time.Duration
 	var errs atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
@@ -1570,7 +1571,6 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			st := &states[i%keys]
 			for range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				k, err := ws[i].l.Acquire(ctx, names[i%keys])
@@ -1581,22 +1581,18 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 					first.CompareAndSwap(nil, err.Error())
 					continue
 				}
-				st.mu.Lock()
-				if !st.released.IsZero() && st.by != i {
-					mu.Lock()
-					wakes = append(wakes, got.Sub(st.released))
-					mu.Unlock()
-				}
-				st.mu.Unlock()
 				time.Sleep(hold)
-				st.mu.Lock()
-				st.released, st.by = time.Now(), i
-				st.mu.Unlock()
-				if err := k.Release(ctx); err != nil {
+				err = k.Release(ctx)
+				released := time.Now()
+				cancel()
+				if err != nil {
 					errs.Add(1)
 					first.CompareAndSwap(nil, err.Error())
+					continue
 				}
-				cancel()
+				mu.Lock()
+				holds[i%keys] = append(holds[i%keys], holding{got, released, i})
+				mu.Unlock()
 			}
 		}(i)
 	}
@@ -1604,6 +1600,18 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 	after, err := publishes()
 	if err != nil {
 		return res, err
+	}
+	var wakes []time.Duration
+	for _, hs := range holds {
+		slices.SortFunc(hs, func(a, b holding) int { return a.got.Compare(b.got) })
+		for k := 1; k < len(hs); k++ {
+			if hs[k].by == hs[k-1].by {
+				continue
+			}
+			// Clamped at 0: the next holder may be told before the
+			// releaser read its reply.
+			wakes = append(wakes, max(hs[k].got.Sub(hs[k-1].released), 0))
+		}
 	}
 	res.Acquisitions = res.Waiters*rounds - int(errs.Load())
 	res.Handoffs = len(wakes)
