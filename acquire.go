@@ -181,7 +181,7 @@ func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a 
 func (l *Locker) canWait(ctx context.Context, ks *keyState, ready []bool, ttl time.Duration) (again bool, err error) {
 	if err := l.inboxRefused(ks); err != nil {
 		return false, fmt.Errorf("%w: %q: cannot wait: the subscription to the waiters' channel %s was refused: %w",
-			ErrMisconfigured, ks.key, l.inbox, err)
+			ErrMisconfigured, ks.key, l.inboxOf(ks.hashSlot), err)
 	}
 	return !allTrue(ready) && l.subscribe(ctx, ks, l.nodeTimeout(ttl)), nil
 }

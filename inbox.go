@@ -64,10 +64,8 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		return classic
 	}
 	l.sharded = inbox.NewSharded(inbox.ShardedConfig{
-		Client: cc,
-		Channel: func(slot int) string {
-			return l.inboxes + "{" + keys.SlotTag(slot) + "}" + l.id + shardedMark
-		},
+		Client:    cc,
+		Channel:   l.shardedInbox,
 		Done:      l.done,
 		Permanent: permanent,
 		Deliver:   func(payload string) { l.deliver(i, payload) },
@@ -79,6 +77,24 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		FellBack: func(err error) { l.nodeEvent(i, "", &classicInboxError{err: err}) },
 	})
 	return l.sharded
+}
+
+// shardedInbox is the Locker's sharded inbox channel of a hash slot (in
+// that slot); of slot -1, its pattern, for messages.
+func (l *Locker) shardedInbox(slot int) string {
+	tag := "TAG"
+	if slot >= 0 {
+		tag = keys.SlotTag(slot)
+	}
+	return l.inboxes + "{" + tag + "}" + l.id + shardedMark
+}
+
+// inboxOf names the channel of the Locker's inbox for a key of slot.
+func (l *Locker) inboxOf(slot int) string {
+	if l.sharded != nil && l.sharded.Active() {
+		return l.shardedInbox(slot)
+	}
+	return l.inbox
 }
 
 // shardedMark ends the LOCKERID of the waiters' members of a Locker whose

@@ -1535,7 +1535,11 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 	seq := runSeq.Add(1)
 	names := make([]string, keys)
 	for i := range names {
-		names[i] = fmt.Sprintf("bench-cw-%d-{%s}", seq, masterTag(i%len(masters), len(masters), i/len(masters)))
+		tag, err := masterTag(masters, i%len(masters), i/len(masters))
+		if err != nil {
+			return res, err
+		}
+		names[i] = fmt.Sprintf("bench-cw-%d-{%s}", seq, tag)
 	}
 	type worker struct {
 		c redis.UniversalClient
@@ -1627,16 +1631,21 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 	return res, nil
 }
 
-// masterTag returns the k-th of the hash tags "mJ" whose slot the i-th of
-// n masters serves when the slots are split evenly (as dlocktest.NewCluster
-// splits them).
-func masterTag(i, n, k int) string {
-	lo, hi := i*16384/n, (i+1)*16384/n-1
+// masterTag returns the k-th of the hash tags "mJ" whose slot the i-th
+// of masters serves when the slots are split evenly (as
+// dlocktest.NewCluster splits them), asking the server for the slots.
+func masterTag(masters []Server, i, k int) (string, error) {
+	n := len(masters)
+	lo, hi := int64(i*16384/n), int64((i+1)*16384/n-1)
 	for j := 0; ; j++ {
 		tag := fmt.Sprintf("m%d", j)
-		if s := slotOf(tag); s >= lo && s <= hi {
+		s, err := masters[0].Admin.ClusterKeySlot(context.Background(), tag).Result()
+		if err != nil {
+			return "", err
+		}
+		if s >= lo && s <= hi {
 			if k == 0 {
-				return tag
+				return tag, nil
 			}
 			k--
 		}

@@ -419,20 +419,33 @@ type contendedConfig struct {
 // contendedConfigs are the contended scenario's configurations.
 var contendedConfigs = []contendedConfig{{8, 200 * time.Microsecond}, {8, 5 * time.Millisecond}, {32, 200 * time.Microsecond}, {32, 5 * time.Millisecond}}
 
+// startCluster starts a Cluster of 3 masters, and returns them with an
+// admin client each, and the function that stops it all.
+func startCluster() ([]bench.Server, func(), error) {
+	cl, err := dlocktest.NewCluster(3)
+	if err != nil {
+		return nil, nil, err
+	}
+	var masters []bench.Server
+	for _, m := range cl.Servers {
+		masters = append(masters, bench.Server{Addr: m.Addr(), Admin: m.Client()})
+	}
+	return masters, func() {
+		for _, m := range masters {
+			_ = m.Admin.Close()
+		}
+		_ = cl.Close()
+	}, nil
+}
+
 // manyWaitersCluster runs the many-waiters scenario on a Cluster of 3
 // masters that it starts and stops.
 func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyWaitersResult)) error {
-	cl, err := dlocktest.NewCluster(3)
+	masters, stop, err := startCluster()
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	var masters []bench.Server
-	for _, m := range cl.Servers {
-		c := m.Client()
-		defer c.Close()
-		masters = append(masters, bench.Server{Addr: m.Addr(), Admin: c})
-	}
+	defer stop()
 	res, err := bench.ManyWaiters(masters, true, s.manyWaiters, 30*time.Second, s.waitSettle, s.waitDur)
 	if err != nil {
 		return err
@@ -445,17 +458,11 @@ func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyW
 // clusterWakeups runs bench.ClusterWakeups on a Cluster of 3 masters that
 // it starts and stops: 12 waiters on 6 keys, 3 rounds each.
 func clusterWakeups(r *bench.Report, log func(string, ...any)) error {
-	cl, err := dlocktest.NewCluster(3)
+	masters, stop, err := startCluster()
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	var masters []bench.Server
-	for _, m := range cl.Servers {
-		c := m.Client()
-		defer c.Close()
-		masters = append(masters, bench.Server{Addr: m.Addr(), Admin: c})
-	}
+	defer stop()
 	res, err := bench.ClusterWakeups(masters, 6, 2, 3, 2*time.Millisecond)
 	if err != nil {
 		return err
