@@ -1498,10 +1498,11 @@ type ClusterWakeupsResult struct {
 	Masters, Keys    int
 	Waiters, Rounds  int
 	Acquisitions     int
-	Handoffs         int // acquisitions that followed another waiter's release
+	Handoffs         int // acquisitions that followed another waiter's release (not the same waiter's)
 	BusPublishes     int64
 	WakeP50, WakeP99 time.Duration
 	WakeMax          time.Duration
+	Wakes            []time.Duration // every handoff's wake-up, sorted
 	Errors           int64
 	FirstError       string
 }
@@ -1621,6 +1622,7 @@ func ClusterWakeups(masters []Server, keys, waitersPerKey, rounds int, hold time
 	res.Handoffs = len(wakes)
 	res.BusPublishes = after - before
 	res.WakeP50, res.WakeP99 = percentile(wakes, 50), percentile(wakes, 99)
+	res.Wakes = wakes
 	if len(wakes) > 0 {
 		res.WakeMax = wakes[len(wakes)-1]
 	}

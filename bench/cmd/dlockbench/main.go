@@ -326,7 +326,7 @@ func run(quick bool, reps int, out string) error {
 
 	// 3b'. Wake-ups on a Cluster (dlock only).
 	if want("clusterwake") {
-		if err := clusterWakeups(r, log); err != nil {
+		if err := clusterWakeups(r, max(s.reps, 5), log); err != nil {
 			return err
 		}
 		flush()
@@ -456,23 +456,26 @@ func manyWaitersCluster(r *bench.Report, s settings, logWaiters func(bench.ManyW
 }
 
 // clusterWakeups runs bench.ClusterWakeups on a Cluster of 3 masters that
-// it starts and stops: 12 waiters on 6 keys, 3 rounds each.
-func clusterWakeups(r *bench.Report, log func(string, ...any)) error {
+// it starts and stops: 12 waiters on 6 keys, 3 rounds each, reps times
+// (fresh clients and Lockers each time).
+func clusterWakeups(r *bench.Report, reps int, log func(string, ...any)) error {
 	masters, stop, err := startCluster()
 	if err != nil {
 		return err
 	}
 	defer stop()
-	res, err := bench.ClusterWakeups(masters, 6, 2, 3, 2*time.Millisecond)
-	if err != nil {
-		return err
+	for rep := range reps {
+		res, err := bench.ClusterWakeups(masters, 6, 2, 3, 2*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		log("clusterwake rep %d: %d waiters on %d keys, %d masters: %d acquisitions, %d handoffs; %d bus publishes; wake p50 %v p99 %v max %v; errors %d",
+			rep+1, res.Waiters, res.Keys, res.Masters, res.Acquisitions, res.Handoffs, res.BusPublishes, res.WakeP50, res.WakeP99, res.WakeMax, res.Errors)
+		if res.FirstError != "" {
+			log("clusterwake first error: %s", res.FirstError)
+		}
+		r.ClusterWakeups = append(r.ClusterWakeups, res)
 	}
-	log("clusterwake %d waiters on %d keys, %d masters: %d acquisitions, %d handoffs; %d bus publishes; wake p50 %v p99 %v max %v; errors %d",
-		res.Waiters, res.Keys, res.Masters, res.Acquisitions, res.Handoffs, res.BusPublishes, res.WakeP50, res.WakeP99, res.WakeMax, res.Errors)
-	if res.FirstError != "" {
-		log("clusterwake first error: %s", res.FirstError)
-	}
-	r.ClusterWakeups = append(r.ClusterWakeups, res)
 	return nil
 }
 
