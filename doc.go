@@ -176,13 +176,17 @@
 // ("dlock:inbox:{TAG}IDs", TAG a name of the slot), subscribed with
 // SSUBSCRIBE on the slot's master over one connection per master, and the
 // release wakes the waiter with SPUBLISH in the key's slot, so that a
-// wake-up never crosses the cluster bus (a PUBLISH is sent to every node).
-// The subscription follows its slot: when the slot migrates or its master
+// wake-up stays within the key's shard (a PUBLISH is sent over the cluster
+// bus to every node; an SPUBLISH only to the shard's own replicas). The
+// subscription follows its slot: when the slot migrates or its master
 // fails over, it is made again on the slot's new master, and the slot's
 // waiters then try again, in case a release went unheard meanwhile. Where a
 // node has no sharded pub/sub (Redis 6), or the user's ACL does not allow
-// SSUBSCRIBE, the Locker uses the classic inbox, and says so once
-// ([EventNodeError]). On a single Redis the release also reserves the lock for that
+// SSUBSCRIBE there, the Locker uses the classic inbox from then on, for
+// every key, and says so once ([EventNodeError]); its waiters registered
+// through the sharded inbox register again. A user that releases needs
+// SPUBLISH: without it, a release passes over the sharded waiters, who try
+// again only when the holder's TTL runs out. On a single Redis the release also reserves the lock for that
 // waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
 // after it is told too, and stands in if the woken one has not taken the
 // lock shortly after (it may have died). A waiter also wakes when the
@@ -226,9 +230,10 @@
 // registration that outlives its Locker anyway (a node that did not answer
 // then, a process that was killed) does not stall the queue: a release
 // passes over a waiter that nobody listens for (its Locker's subscription
-// is gone) and wakes the next one, on one Redis and on each node of a
-// Redlock (not on a Cluster, where the inbox subscription may sit on
-// another node than the key: there the stand-in takes over, as below).
+// is gone) and wakes the next one, on one Redis, on each node of a Redlock
+// and on a Cluster whose inbox is sharded (not with the classic inbox on a
+// Cluster, where the subscription may sit on another node than the key:
+// there the stand-in takes over, as below).
 //
 // # Order
 //

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,9 +75,42 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		},
 		Wake:     l.wakeSlot,
 		Fallback: classic,
-		FellBack: func(err error) { l.nodeEvent(i, "", &classicInboxError{err: err}) },
+		FellBack: func(err error) {
+			l.nodeEvent(i, "", &classicInboxError{err: err})
+			l.inboxFellBack()
+		},
 	})
 	return l.sharded
+}
+
+// inboxFellBack gives every waiter registered with a sharded member a
+// classic one, after the Locker's inbox fell back to classic pub/sub (a
+// release would SPUBLISH to the sharded member, whose channel nobody
+// listens to any more): its registrations are removed, and it registers
+// again at its next attempt, which every waiter makes now.
+func (l *Locker) inboxFellBack() {
+	mark := l.id + shardedMark + ":"
+	l.mu.Lock()
+	kss := make([]*keyState, 0, len(l.keys))
+	for _, ks := range l.keys {
+		kss = append(kss, ks)
+	}
+	l.mu.Unlock()
+	for _, ks := range kss {
+		// Not under l.mu: a removal takes it (see Locker.leave).
+		ks.mu.Lock()
+		if strings.HasPrefix(ks.member, mark) {
+			ks.leave()
+			if ks.shared {
+				// Its number names its keyState (see deliver).
+				ks.member = l.readerMember(ks.slot.reader, ks.key)
+			} else {
+				ks.member = ks.newMember()
+			}
+		}
+		ks.mu.Unlock()
+		ks.signal()
+	}
 }
 
 // shardedInbox is the Locker's sharded inbox channel of a hash slot (in

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -259,13 +260,7 @@ func TestShardedFallback(t *testing.T) {
 	}
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
-	var args []any
-	for _, f := range strings.Fields(line) {
-		args = append(args, f)
-	}
-	if err := admin.Do(ctx(t), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setUser(t, admin, line)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
 	defer cc.Close()
 	rec := newRecorder()
@@ -289,4 +284,138 @@ func TestShardedFallback(t *testing.T) {
 	if said != 1 {
 		t.Errorf("%d node errors say that the waiters use classic pub/sub, want 1: %v", said, rec.of(dlock.EventNodeError))
 	}
+}
+
+// TestShardedDeadRegistrationsPassedOver: on a Cluster, registrations of
+// sharded waiters whose processes are gone (nothing listens on their
+// channel) are passed over by a release, which wakes the next live waiter:
+// SPUBLISH's count is exact on the slot's master.
+func TestShardedDeadRegistrationsPassedOver(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	holder := newLocker(t, cc)
+	k, err := holder.TryAcquire(ctx(t), "dead", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	for i, m := range []string{"gone1s:1:dead", "gone2s:1:dead"} {
+		admin.ZAdd(ctx(t), "dlock:{dead}:waiters", redis.Z{Score: float64(1 + i), Member: m})
+		admin.HSet(ctx(t), "dlock:{dead}:wexp", m, lease)
+	}
+	got := queued(t, newLocker(t, cl.Client()), admin, "dead", 3)
+	handoff(t, k, got, "the live waiter behind two dead sharded registrations")
+}
+
+// setUser runs an ACL SETUSER line on one node.
+func setUser(t *testing.T, admin *redis.Client, line string) {
+	t.Helper()
+	var args []any
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx(t), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShardedFallbackAfterConfirmed: a waiter registered through the
+// sharded inbox of one master is still woken by its release once another
+// master refuses SSUBSCRIBE (Cluster ACLs are per node) and the Locker
+// falls back to classic pub/sub: its registration moves to a classic
+// member.
+func TestShardedFallbackAfterConfirmed(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 2)
+	const pw = "sharded-fallback-later"
+	line := readmeACL(t, ".", pw)
+	old := strings.Replace(line, " +spublish +ssubscribe", "", 1)
+	a, b := cl.Servers[0].Client(), cl.Servers[1].Client()
+	defer a.Close()
+	defer b.Close()
+	setUser(t, a, line)
+	setUser(t, b, old)
+	opts := &redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw}
+	hc, wc := redis.NewClusterClient(opts), redis.NewClusterClient(opts)
+	defer hc.Close()
+	defer wc.Close()
+	holder, waiter := newLocker(t, hc), newLocker(t, wc)
+	onA, onB := keyOn(t, hc, cl.Servers[0].Addr(), "first"), keyOn(t, hc, cl.Servers[1].Addr(), "second")
+	ka, err := holder.TryAcquire(ctx(t), onA, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := holder.TryAcquire(ctx(t), onB, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotA := acquireAsync(t, waiter, onA)
+	waitFor(t, func() bool {
+		ms := a.ZRange(ctx(t), "dlock:{"+onA+"}:waiters", 0, -1).Val()
+		return len(ms) == 1 && strings.Contains(ms[0], "s:")
+	}, "the waiter registered through the sharded inbox")
+	gotB := acquireAsync(t, waiter, onB)
+	waitFor(t, func() bool { return b.ZCard(ctx(t), "dlock:{"+onB+"}:waiters").Val() == 1 }, "the waiter on the refusing master")
+	waitFor(t, func() bool {
+		ms := a.ZRange(ctx(t), "dlock:{"+onA+"}:waiters", 0, -1).Val()
+		return len(ms) == 1 && !strings.Contains(ms[0], "s:")
+	}, "the first waiter registered again with a classic member")
+	handoff(t, ka, gotA, "the waiter first registered through the sharded inbox")
+	handoff(t, kb, gotB, "the waiter on the refusing master")
+}
+
+// TestShardedRefusedReconnect: when the sharded inbox's connection breaks
+// and the master refuses the new one (the user's password changed), the
+// Locker backs off instead of dialling again at once.
+func TestShardedRefusedReconnect(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	const pw = "sharded-reconnect"
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	setUser(t, admin, readmeACL(t, ".", pw))
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
+	defer cc.Close()
+	holder, waiter := newLocker(t, cl.Client()), newLocker(t, cc)
+	k, err := holder.TryAcquire(ctx(t), "reconnect", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	c, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	go waiter.Acquire(c, "reconnect")
+	waitFor(t, func() bool { return admin.ZCard(ctx(t), "dlock:{reconnect}:waiters").Val() == 1 }, "the waiter")
+	if err := admin.Do(ctx(t), "ACL", "SETUSER", "dlock", "resetpass", ">another").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := serverInfoInt(t, admin, "total_connections_received")
+	if err := admin.Do(ctx(t), "CLIENT", "KILL", "USER", "dlock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the window in which connections are counted
+	if n := serverInfoInt(t, admin, "total_connections_received") - before; n > 100 {
+		t.Errorf("%d connections in 2s after the password changed, want a backoff", n)
+	}
+}
+
+// serverInfoInt returns an integer field of INFO.
+func serverInfoInt(t *testing.T, c *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := c.Info(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO", field)
+	return 0
 }

@@ -91,6 +91,7 @@ type slotSub struct {
 	isReady bool          // confirmed where the slot is served now
 	refusal error         // a permanent refusal, until a confirmation
 	at      *shard        // the connection it is subscribed on; nil while routed
+	moved   int           // MOVED answers in a row: the Cluster client's map is stale
 }
 
 // shard is one connection, to one master.
@@ -185,15 +186,15 @@ func (s *Sharded) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
-	var errs []error
+	var closing []*redis.PubSub
 	for _, sh := range s.shards {
 		sh.dead = true
-		errs = append(errs, sh.ps.Close())
+		closing = append(closing, sh.ps)
 	}
 	s.shards = nil
 	subscribing := s.subscribing
 	s.mu.Unlock()
-	errs = append(errs, s.cfg.Fallback.Close())
+	errs := []error{closeAll(closing), s.cfg.Fallback.Close()}
 	s.wg.Wait()
 	if !subscribing {
 		s.router.Wait()
@@ -228,7 +229,7 @@ func (s *Sharded) route() {
 		for _, slot := range due {
 			if err := s.subscribe(slot); err != nil {
 				failed = true
-				s.retry(slot, err)
+				s.retry(slot)
 			}
 		}
 		s.mu.Lock()
@@ -271,13 +272,13 @@ func (s *Sharded) due() ([]int, time.Duration) {
 
 // retry queues slot again after a failure to subscribe it, after the
 // backoff, with the Cluster client's map reloaded meanwhile.
-func (s *Sharded) retry(slot int, err error) {
-	s.cfg.Client.ReloadState(context.Background())
+func (s *Sharded) retry(slot int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.unsupported {
 		return
 	}
+	s.cfg.Client.ReloadState(context.Background())
 	if st := s.slots[slot]; st != nil && st.at == nil {
 		s.queue(slot, backoff(s.failures+1))
 	}
@@ -309,6 +310,9 @@ func (s *Sharded) subscribe(slot int) error {
 	// The channel's hash tag is in slot: the master of its "key" is the
 	// slot's.
 	node, err := s.cfg.Client.MasterForKey(ctx, st.channel)
+	if errors.Is(err, redis.ErrClosed) {
+		return nil // the Cluster client was closed: nothing to retry
+	}
 	if err != nil {
 		return err
 	}
@@ -327,14 +331,14 @@ func (s *Sharded) subscribe(slot int) error {
 	}
 	st.at = sh
 	s.mu.Unlock()
-	if err := sh.ps.SSubscribe(ctx, st.channel); err != nil {
-		// The connection failed (the receive loop closes it) or the write
-		// timed out: the slot is routed again.
-		s.mu.Lock()
-		if st.at == sh {
-			st.at = nil
-		}
-		s.mu.Unlock()
+	wctx, wcancel := context.WithTimeout(context.Background(), SubscribeTimeout)
+	defer wcancel()
+	if err := sh.ps.SSubscribe(wctx, st.channel); err != nil {
+		// The connection failed, or the write timed out: go-redis may have
+		// reconnected it already, subscribing every channel it recorded in
+		// one SSUBSCRIBE (refused for channels of several slots). The
+		// connection is closed, and its slots routed again.
+		s.lost(sh)
 		return err
 	}
 	return nil
@@ -377,7 +381,7 @@ func (s *Sharded) confirmed(sh *shard, channel string) {
 		s.mu.Unlock()
 		return // a confirmation from where the slot no longer is
 	}
-	st.isReady, st.refusal = true, nil
+	st.isReady, st.refusal, st.moved = true, nil, 0
 	st.wakeReady()
 	s.mu.Unlock()
 	s.cfg.Wake(slot)
@@ -406,12 +410,11 @@ func (s *Sharded) reroute(sh *shard, slot int, delay time.Duration) {
 // and routes its slots again: a failover may have moved them.
 func (s *Sharded) lost(sh *shard) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if sh.dead {
+		s.mu.Unlock()
 		return
 	}
 	sh.dead = true
-	_ = sh.ps.Close()
 	if s.shards[sh.addr] == sh {
 		delete(s.shards, sh.addr)
 	}
@@ -421,10 +424,17 @@ func (s *Sharded) lost(sh *shard) {
 			s.reroute(sh, slot, backoff(s.failures))
 		}
 	}
+	s.mu.Unlock()
+	// Not under s.mu: go-redis holds the PubSub's lock while it connects,
+	// which a frozen node can make last.
+	_ = sh.ps.Close()
 }
 
 // replyError handles an error that sh's master answered to an SSUBSCRIBE,
-// and reports false for any other error (the connection failed).
+// and reports false for any other error: the connection failed, or its
+// handshake was refused (a password changed), or an answer that belongs to
+// no slot (CROSSSLOT: go-redis subscribed again every channel it recorded).
+// Then the connection is closed, and its slots routed again with backoff.
 func (s *Sharded) replyError(sh *shard, err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
@@ -441,7 +451,10 @@ func (s *Sharded) replyError(sh *shard, err error) bool {
 		// "MOVED SLOT ADDR": the Cluster client's map was stale.
 		if f := strings.Fields(msg); len(f) == 3 {
 			if slot, perr := strconv.Atoi(f[1]); perr == nil {
-				s.reroute(sh, slot, backoff(1))
+				if st := s.slots[slot]; st != nil && st.at == sh {
+					st.moved++
+					s.reroute(sh, slot, backoff(st.moved))
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -450,23 +463,18 @@ func (s *Sharded) replyError(sh *shard, err error) bool {
 		// No sharded pub/sub on this server (Redis < 7.0), or a user
 		// whose ACL does not allow SSUBSCRIBE (a line made for an
 		// earlier dlock): the classic inbox still serves.
-		first := s.fallBack()
+		first, closing := s.fallBack()
 		s.mu.Unlock()
+		closeAll(closing)
 		if first {
 			s.cfg.FellBack(err)
 		}
-		s.cfg.Fallback.cfg.WakeAll()
-	case s.cfg.Permanent(err):
+	case strings.Contains(msg, "permissions to access one of the channels"):
+		// NOPERM for the channel: the ACL does not allow the prefix.
 		s.refuse(sh, err)
 	default:
-		// CLUSTERDOWN, TRYAGAIN and the like: every slot not confirmed
-		// there is routed again.
-		for slot, st := range s.slots {
-			if st.at == sh && !st.isReady {
-				s.reroute(sh, slot, backoff(s.failures+1))
-			}
-		}
 		s.mu.Unlock()
+		return false
 	}
 	return true
 }
@@ -495,24 +503,35 @@ func (s *Sharded) refuse(sh *shard, err error) {
 	}
 }
 
-// fallBack switches to the classic subscription for good: every waiting
-// subscription request ends, so that its waiter subscribes the Fallback;
-// s.mu is held. It reports whether it switched now.
-func (s *Sharded) fallBack() bool {
+// fallBack switches to the classic subscription for good, for every slot:
+// every waiting subscription request ends, so that its waiter subscribes
+// the Fallback; s.mu is held. It reports whether it switched now, and
+// returns the connections to close (after s.mu is released).
+func (s *Sharded) fallBack() (bool, []*redis.PubSub) {
 	if s.unsupported {
-		return false
+		return false, nil
 	}
 	s.unsupported = true
 	for _, st := range s.slots {
 		st.wakeReady()
 	}
+	var closing []*redis.PubSub
 	for _, sh := range s.shards {
 		sh.dead = true
-		_ = sh.ps.Close()
+		closing = append(closing, sh.ps)
 	}
 	s.shards = map[string]*shard{}
 	clear(s.pending)
-	return true
+	return true, closing
+}
+
+// closeAll closes the PubSubs, joining their errors.
+func closeAll(pss []*redis.PubSub) error {
+	var errs []error
+	for _, ps := range pss {
+		errs = append(errs, ps.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // wakeReady closes ready once; Sharded.mu is held.

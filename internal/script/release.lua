@@ -39,8 +39,9 @@
 --                        with SPUBLISH on ARGV[2].."{"..ARGV[10].."}"..LOCKERID,
 --                        a channel of the key's slot, so that the message
 --                        stays on the key's shard (a PUBLISH crosses the
---                        whole Cluster's bus); every other waiter with PUBLISH
---                        on ARGV[2]..LOCKERID
+--                        whole Cluster's bus), and the count of receivers
+--                        is exact (the inbox listens on the slot's master);
+--                        every other waiter with PUBLISH on ARGV[2]..LOCKERID
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
@@ -84,17 +85,15 @@ local tag = ARGV[10] or ''
 -- have heard it (see ARGV[7]).
 local function tell(w, msg)
   local id = string.match(w, '^[^:]*')
-  local heard
   if tag ~= '' and string.sub(id, -1) == 's' then
-    -- A server without sharded pub/sub (Redis < 7.0) refuses SPUBLISH:
-    -- nobody can hear it there, and the release goes on.
-    heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
-    if type(heard) ~= 'number' then
-      heard = 0
-    end
-  else
-    heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
+    -- A sharded inbox listens on the slot's master, where this script
+    -- runs: SPUBLISH's count is exact, whatever ARGV[7]. A server without
+    -- sharded pub/sub (Redis < 7.0), or a user without SPUBLISH, refuses
+    -- it: nobody heard it, and the release goes on to the next waiter.
+    local heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
+    return type(heard) == 'number' and heard > 0
   end
+  local heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
   return heard > 0 or ARGV[7] ~= '1'
 end
 local function live(w)
