@@ -22,11 +22,11 @@ func (l *Locker) inboxReady(ks *keyState) []bool {
 }
 
 // subscribe subscribes the Locker's inbox for ks's key on every node where
-// it has not been requested yet, and waits up to timeout for those confirmations (not
-// again for a node that was asked before and has not confirmed: it is down,
-// and its subscription comes back on its own). It reports whether any node
-// newly confirmed, i.e. whether an immediate new attempt can register where
-// the last one could not.
+// it has not been requested yet, and waits up to timeout for those
+// confirmations (not again for a node that was asked before and has not
+// confirmed: it is down, and its subscription comes back on its own). It
+// reports whether any node newly confirmed, i.e. whether an immediate new
+// attempt can register where the last one could not.
 func (l *Locker) subscribe(ctx context.Context, ks *keyState, timeout time.Duration) bool {
 	var pending []<-chan struct{}
 	for _, s := range l.subs {
@@ -71,7 +71,7 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		Permanent: permanent,
 		Deliver:   func(payload string) { l.deliver(i, payload) },
 		Refused: func(err error) {
-			l.nodeEvent(i, "", &subscriptionError{channel: l.inboxes + "{…}" + l.id + shardedMark, err: err})
+			l.nodeEvent(i, "", &subscriptionError{channel: l.shardedInbox(-1), err: err})
 		},
 		Wake:     l.wakeSlot,
 		Fallback: classic,

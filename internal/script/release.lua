@@ -67,9 +67,9 @@
 -- shared waiters at the head of the queue when no exclusive hold keeps
 -- them out; a writer's registration dropped on the way (dead, or heard by
 -- nobody) takes its intent with it.
--- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
--- closed its Locker or died: the server dropped the subscription with the
--- connection) is passed over, for the woken waiter and for the stand-in
+-- With ARGV[7] = "1", and for every sharded waiter (ARGV[10]), a waiter
+-- whose inbox nobody listens to (its process closed its Locker or died: the
+-- server dropped the subscription with the connection) is passed over, for the woken waiter and for the stand-in
 -- alike, and removed from the waiting set: the release goes to the first
 -- waiter that can hear of it.
 local now = false -- server ms, read when needed
