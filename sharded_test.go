@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redisserver"
 )
 
 // clusterInfo returns a field of CLUSTER INFO on s, as a number.
@@ -418,4 +419,45 @@ func serverInfoInt(t *testing.T, c *redis.Client, field string) int64 {
 	}
 	t.Fatalf("no %s in INFO", field)
 	return 0
+}
+
+// TestShardedFallbackNoShardedPubSub: on a Cluster whose servers have no
+// sharded pub/sub (as Redis 6: SSUBSCRIBE and SPUBLISH renamed away, so
+// that they answer "unknown command"), waiting works through classic
+// pub/sub, and a node error says so once.
+func TestShardedFallbackNoShardedPubSub(t *testing.T) {
+	t.Parallel()
+	cl, err := redisserver.NewClusterWith(1, 0, redisserver.WithArgs(
+		"--rename-command", "SSUBSCRIBE", "ssubscribe-hidden", "--rename-command", "SPUBLISH", "spublish-hidden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cc := cl.Client()
+	defer cc.Close()
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	if err := admin.Do(ctx(t), "SSUBSCRIBE", "x").Err(); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("SSUBSCRIBE on the test's servers: %v, want an unknown command", err)
+	}
+	rec := newRecorder()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client(), dlock.WithHook(rec))
+	for i := range 2 {
+		key := fmt.Sprintf("old%d", i)
+		k, err := a.TryAcquire(ctx(t), key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := queued(t, b, admin, key, 1)
+		handoff(t, k, got, "a waiter on a Cluster without sharded pub/sub")
+	}
+	var said int
+	for _, e := range rec.of(dlock.EventNodeError) {
+		if strings.Contains(e.Err.Error(), "classic pub/sub") {
+			said++
+		}
+	}
+	if said != 1 {
+		t.Errorf("%d node errors say that the waiters use classic pub/sub, want 1: %v", said, rec.of(dlock.EventNodeError))
+	}
 }

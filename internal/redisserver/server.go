@@ -392,6 +392,12 @@ func NewCluster(n int) (*Cluster, error) {
 // every node reports cluster_state:ok and every replica's link to its
 // master is up. The caller must call Close.
 func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
+	return NewClusterWith(n, replicas)
+}
+
+// NewClusterWith is NewClusterWithReplicas with options for every server of
+// the cluster (WithArgs: a renamed command, a setting).
+func NewClusterWith(n, replicas int, opts ...Option) (*Cluster, error) {
 	if n < 1 || replicas < 0 {
 		return nil, fmt.Errorf("dlocktest: a cluster needs at least one master, got %d (and %d replicas each)", n, replicas)
 	}
@@ -411,8 +417,8 @@ func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
 			return nil, err
 		}
 		c.dirs = append(c.dirs, dir)
-		s, err := NewServer(WithArgs("--cluster-enabled", "yes", "--dir", dir,
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout))
+		s, err := NewServer(append([]Option{WithArgs("--cluster-enabled", "yes", "--dir", dir,
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout)}, opts...)...)
 		if err != nil {
 			_ = c.Close()
 			return nil, err
