@@ -43,7 +43,7 @@ var aclPlainCommands = map[string]string{
 	"wait":          "WithReplicaAck (locker.go)",
 	"hmget":         "fenced.Store.Get (fenced/fenced.go)",
 	"select":        "a database other than 0 (the CLI's redis://HOST/DB, redis.Options.DB): go-redis selects it on each new connection",
-	"cluster|slots": "a Cluster: go-redis' ClusterClient reads the slot map with it (the CLI's --cluster)",
+	"cluster|slots": "a Cluster: go-redis' ClusterClient reads the slot map with it (the CLI's --cluster); the sharded inbox checks that map with it after a master dropped a slot (internal/inbox/sharded.go)",
 	"command":       "a Cluster on go-redis v9.23 (go.redis-latest.mod): the ClusterClient reads the commands' routing information; refused, it logs the refusal at every command",
 }
 

@@ -186,7 +186,8 @@
 // every key, and says so once ([EventNodeError]); its waiters registered
 // through the sharded inbox register again. A user that releases needs
 // SPUBLISH: without it, a release passes over the sharded waiters, who try
-// again only when the holder's TTL runs out. On a single Redis the release also reserves the lock for that
+// again only on their own timers (when the TTL that their last attempt saw
+// runs out). On a single Redis the release also reserves the lock for that
 // waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
 // after it is told too, and stands in if the woken one has not taken the
 // lock shortly after (it may have died). A waiter also wakes when the
@@ -230,10 +231,10 @@
 // registration that outlives its Locker anyway (a node that did not answer
 // then, a process that was killed) does not stall the queue: a release
 // passes over a waiter that nobody listens for (its Locker's subscription
-// is gone) and wakes the next one, on one Redis, on each node of a Redlock
-// and on a Cluster whose inbox is sharded (not with the classic inbox on a
-// Cluster, where the subscription may sit on another node than the key:
-// there the stand-in takes over, as below).
+// is gone) and wakes the next one, on one Redis and on each node of a
+// Redlock (not on a Cluster, where the subscription may sit on another node
+// than the key, or for a moment on one of its replicas: there the stand-in
+// takes over, as below).
 //
 // # Order
 //

@@ -77,7 +77,10 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if reg.member != ks.member {
-		return // rotated meanwhile
+		// Rotated meanwhile (see Locker.inboxFellBack): the registration
+		// this answer shows is no one's.
+		ks.l.leave(i, ks.names, reg.member, 1)
+		return
 	}
 	nw := &ks.nodes[i]
 	nw.pos, nw.queued = pos, true
@@ -96,6 +99,8 @@ func (ks *keyState) unanswered(i int, reg nodeReg) {
 	defer ks.mu.Unlock()
 	if reg.member == ks.member {
 		ks.nodes[i].maybe = true
+	} else {
+		ks.l.leave(i, ks.names, reg.member, 2) // rotated meanwhile
 	}
 }
 

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,7 +52,10 @@ type ShardedConfig struct {
 // fails (a failover), the slot is routed again (the Cluster client's map
 // reloaded, backing off 50ms more per failure, at most 1s) and, once the
 // new master confirms it, the slot's waiters try again (a release may have
-// gone unheard meanwhile). go-redis' own resubscription is not used: it
+// gone unheard meanwhile). After a drop, the map is checked against the
+// Cluster's own (CLUSTER SLOTS) before the slot is subscribed again: a
+// replica accepts a subscription to its master's slots, and a stale map
+// would leave the slot there. go-redis' own resubscription is not used: it
 // sends every channel of a connection in one SSUBSCRIBE, which a Cluster
 // refuses for channels of several slots, so a connection that fails is
 // closed, and its slots subscribed again one by one.
@@ -92,6 +96,11 @@ type slotSub struct {
 	refusal error         // a permanent refusal, until a confirmation
 	at      *shard        // the connection it is subscribed on; nil while routed
 	moved   int           // MOVED answers in a row: the Cluster client's map is stale
+	// moving: the slot was dropped by its master (it moved, or the master
+	// became a replica): the Cluster client's map is checked against the
+	// Cluster's before the slot is subscribed again, up to this many times
+	// (then the map is trusted: the two may name one node differently).
+	moving int
 }
 
 // shard is one connection, to one master.
@@ -226,8 +235,9 @@ func (s *Sharded) route() {
 	for {
 		due, next := s.due()
 		failed := false
+		masters := s.mastersIfMoving(due)
 		for _, slot := range due {
-			if err := s.subscribe(slot); err != nil {
+			if err := s.subscribe(slot, masters); err != nil {
 				failed = true
 				s.retry(slot)
 			}
@@ -284,6 +294,10 @@ func (s *Sharded) retry(slot int) {
 	}
 }
 
+// maxMovingChecks bounds the checks of a dropped slot's master (see
+// slotSub.moving): with the backoff, about 1.5s.
+const maxMovingChecks = 5
+
 func backoff(failures int) time.Duration {
 	return min(time.Duration(failures)*50*time.Millisecond, time.Second)
 }
@@ -291,7 +305,7 @@ func backoff(failures int) time.Duration {
 // subscribe sends slot's SSUBSCRIBE to the master that serves it, on that
 // master's connection (made if needed). The confirmation, or the refusal,
 // comes to the connection's receive loop.
-func (s *Sharded) subscribe(slot int) error {
+func (s *Sharded) subscribe(slot int, masters func(slot int) string) error {
 	s.mu.Lock()
 	st := s.slots[slot]
 	if s.closed || s.unsupported || st == nil || st.at != nil {
@@ -316,12 +330,20 @@ func (s *Sharded) subscribe(slot int) error {
 	if err != nil {
 		return err
 	}
+	addr := node.Options().Addr
 	s.mu.Lock()
+	if st.moving > 0 && masters != nil {
+		if m := masters(slot); m != addr {
+			st.moving--
+			s.mu.Unlock()
+			return fmt.Errorf("dlock: the Cluster client's map names %s as the master of slot %d, the Cluster %q", addr, slot, m)
+		}
+	}
+	st.moving = 0
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
-	addr := node.Options().Addr
 	sh := s.shards[addr]
 	if sh == nil {
 		sh = &shard{addr: addr, ps: node.SSubscribe(context.Background())}
@@ -342,6 +364,40 @@ func (s *Sharded) subscribe(slot int) error {
 		return err
 	}
 	return nil
+}
+
+// mastersIfMoving asks the Cluster for its slots' masters (CLUSTER SLOTS,
+// once for the round) when a slot of due was dropped by its master: the
+// Cluster client's map may still name the old one, now a replica, which
+// would accept the subscription (and hear the releases, but not be counted
+// by them). It returns nil when no slot is moving, or the Cluster did not
+// answer (the map is trusted then).
+func (s *Sharded) mastersIfMoving(due []int) func(slot int) string {
+	s.mu.Lock()
+	moving := false
+	for _, slot := range due {
+		if st := s.slots[slot]; st != nil && st.moving > 0 {
+			moving = true
+		}
+	}
+	s.mu.Unlock()
+	if !moving {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SubscribeTimeout)
+	defer cancel()
+	ranges, err := s.cfg.Client.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil
+	}
+	return func(slot int) string {
+		for _, r := range ranges {
+			if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
 }
 
 // receive reads what sh's connection receives until it fails or is closed.
@@ -387,12 +443,22 @@ func (s *Sharded) confirmed(sh *shard, channel string) {
 	s.cfg.Wake(slot)
 }
 
-// dropped routes channel's slot again after sh's master dropped it.
+// dropped routes channel's slot again after sh's master dropped it (the
+// slot moved, or the master became a replica): the Cluster client's map is
+// reloaded first, and the slot subscribed a moment later, so that the map
+// names the new master (a replica would accept the subscription too, and
+// hear the releases, but a release's count of receivers would miss it).
 func (s *Sharded) dropped(sh *shard, channel string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if slot, ok := s.byChannel[channel]; ok {
-		s.reroute(sh, slot, 0)
+	slot, ok := s.byChannel[channel]
+	if ok && s.slots[slot].at == sh {
+		s.slots[slot].moving = maxMovingChecks
+		s.reroute(sh, slot, backoff(2))
+	}
+	closed := s.closed
+	s.mu.Unlock()
+	if ok && !closed {
+		s.cfg.Client.ReloadState(context.Background())
 	}
 }
 
@@ -469,8 +535,10 @@ func (s *Sharded) replyError(sh *shard, err error) bool {
 		if first {
 			s.cfg.FellBack(err)
 		}
-	case strings.Contains(msg, "permissions to access one of the channels"):
-		// NOPERM for the channel: the ACL does not allow the prefix.
+	case strings.HasPrefix(msg, "NOPERM"):
+		// NOPERM for the channel (Redis 7.0: "... to access one of the
+		// channels used as arguments", 7.2: "No permissions to access a
+		// channel"): the ACL does not allow the prefix.
 		s.refuse(sh, err)
 	default:
 		s.mu.Unlock()

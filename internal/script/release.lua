@@ -39,9 +39,10 @@
 --                        with SPUBLISH on ARGV[2].."{"..ARGV[10].."}"..LOCKERID,
 --                        a channel of the key's slot, so that the message
 --                        stays on the key's shard (a PUBLISH crosses the
---                        whole Cluster's bus), and the count of receivers
---                        is exact (the inbox listens on the slot's master);
---                        every other waiter with PUBLISH on ARGV[2]..LOCKERID
+--                        whole Cluster's bus); a refused SPUBLISH (no
+--                        sharded pub/sub, or no permission) counts as heard
+--                        by nobody; every other waiter is told with PUBLISH
+--                        on ARGV[2]..LOCKERID
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
@@ -67,9 +68,9 @@
 -- shared waiters at the head of the queue when no exclusive hold keeps
 -- them out; a writer's registration dropped on the way (dead, or heard by
 -- nobody) takes its intent with it.
--- With ARGV[7] = "1", and for every sharded waiter (ARGV[10]), a waiter
--- whose inbox nobody listens to (its process closed its Locker or died: the
--- server dropped the subscription with the connection) is passed over, for the woken waiter and for the stand-in
+-- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
+-- closed its Locker or died: the server dropped the subscription with the
+-- connection) is passed over, for the woken waiter and for the stand-in
 -- alike, and removed from the waiting set: the release goes to the first
 -- waiter that can hear of it.
 local now = false -- server ms, read when needed
@@ -86,12 +87,14 @@ local tag = ARGV[10] or ''
 local function tell(w, msg)
   local id = string.match(w, '^[^:]*')
   if tag ~= '' and string.sub(id, -1) == 's' then
-    -- A sharded inbox listens on the slot's master, where this script
-    -- runs: SPUBLISH's count is exact, whatever ARGV[7]. A server without
-    -- sharded pub/sub (Redis < 7.0), or a user without SPUBLISH, refuses
-    -- it: nobody heard it, and the release goes on to the next waiter.
+    -- A server without sharded pub/sub (Redis < 7.0), or a user without
+    -- SPUBLISH, refuses it: nobody heard it, and the release goes on to the
+    -- next waiter. Otherwise, as PUBLISH on a Cluster, the count is not
+    -- exact: the inbox may listen on one of the shard's replicas for a
+    -- moment (after a failover), which hears the message but is not
+    -- counted.
     local heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
-    return type(heard) == 'number' and heard > 0
+    return type(heard) == 'number' and (heard > 0 or ARGV[7] ~= '1')
   end
   local heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
   return heard > 0 or ARGV[7] ~= '1'
