@@ -204,50 +204,6 @@ func TestShardedSlotMigration(t *testing.T) {
 	handoff(t, k2, got2, "the waiter on the master that stayed")
 }
 
-// TestShardedFailover: the master of a waiter's key is killed and its
-// replica promoted while the waiter waits; the waiter subscribes on the new
-// master, and the release there wakes it.
-func TestShardedFailover(t *testing.T) {
-	t.Parallel()
-	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
-	cc := cl.Client()
-	defer cc.Close()
-	a, b := newLocker(t, cc), newLocker(t, cl.Client())
-	key := keyOn(t, cc, cl.Servers[0].Addr(), "failover")
-	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(t, b, key)
-	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
-	replica := cl.Replicas[0]
-	waitFor(t, func() bool {
-		c := replica.Client()
-		defer c.Close()
-		c.Do(ctx(t), "READONLY")
-		return c.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1
-	}, "the lock and its waiter to reach the replica")
-	if err := cl.Servers[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return isMaster(replica) }, "the replica to be promoted")
-	waitFor(t, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the promoted replica")
-	if err := settled(t, func() error { return k.Extend(ctx(t), time.Minute) }); err != nil {
-		t.Fatalf("the lock after the failover: %v", err)
-	}
-	if err := k.Release(ctx(t)); err != nil {
-		t.Fatalf("Release after the failover: %v", err)
-	}
-	select {
-	case k2 := <-got:
-		if k2 != nil {
-			_ = k2.Release(ctx(t))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not woken by the release on the promoted master")
-	}
-}
-
 // TestShardedFallback: a user whose ACL line predates sharded pub/sub (no
 // SSUBSCRIBE, no SPUBLISH) still waits on a Cluster: the waiters fall back
 // to classic pub/sub, and a node error says so once.
@@ -261,19 +217,26 @@ func TestShardedFallback(t *testing.T) {
 	}
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
-	setUser(t, admin, line)
+	runLine(t, admin, line)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
 	defer cc.Close()
 	rec := newRecorder()
 	a, b := newLocker(t, cc), newLocker(t, cc, dlock.WithHook(rec))
+	waitThroughClassic(t, a, b, admin, rec)
+}
+
+// waitThroughClassic has b wait for two keys that a holds, on a Cluster of
+// one master (admin), and checks that each release wakes it, and that b's
+// hook (rec) was told once that its waiters use classic pub/sub.
+func waitThroughClassic(t *testing.T, a, b *dlock.Locker, admin *redis.Client, rec *recorder) {
+	t.Helper()
 	for i := range 2 {
-		key := fmt.Sprintf("fallback%d", i)
+		key := fmt.Sprintf("classic%d", i)
 		k, err := a.TryAcquire(ctx(t), key, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := acquireAsync(t, b, key)
-		waitFor(t, func() bool { return admin.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1 }, "the waiter")
+		got := queued(t, b, admin, key, 1)
 		handoff(t, k, got, "a waiter on classic pub/sub")
 	}
 	var said int
@@ -311,18 +274,6 @@ func TestShardedDeadRegistrationStoodIn(t *testing.T) {
 	handoff(t, k, got, "the live waiter behind a dead sharded registration")
 }
 
-// setUser runs an ACL SETUSER line on one node.
-func setUser(t *testing.T, admin *redis.Client, line string) {
-	t.Helper()
-	var args []any
-	for _, f := range strings.Fields(line) {
-		args = append(args, f)
-	}
-	if err := admin.Do(ctx(t), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestShardedFallbackAfterConfirmed: a waiter registered through the
 // sharded inbox of one master is still woken by its release once another
 // master refuses SSUBSCRIBE (Cluster ACLs are per node) and the Locker
@@ -337,8 +288,8 @@ func TestShardedFallbackAfterConfirmed(t *testing.T) {
 	a, b := cl.Servers[0].Client(), cl.Servers[1].Client()
 	defer a.Close()
 	defer b.Close()
-	setUser(t, a, line)
-	setUser(t, b, old)
+	runLine(t, a, line)
+	runLine(t, b, old)
 	opts := &redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw}
 	hc, wc := redis.NewClusterClient(opts), redis.NewClusterClient(opts)
 	defer hc.Close()
@@ -377,7 +328,7 @@ func TestShardedRefusedReconnect(t *testing.T) {
 	const pw = "sharded-reconnect"
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
-	setUser(t, admin, readmeACL(t, ".", pw))
+	runLine(t, admin, readmeACL(t, ".", pw))
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
 	defer cc.Close()
 	holder, waiter := newLocker(t, cl.Client()), newLocker(t, cc)
@@ -441,59 +392,64 @@ func TestShardedFallbackNoShardedPubSub(t *testing.T) {
 	}
 	rec := newRecorder()
 	a, b := newLocker(t, cc), newLocker(t, cl.Client(), dlock.WithHook(rec))
-	for i := range 2 {
-		key := fmt.Sprintf("old%d", i)
-		k, err := a.TryAcquire(ctx(t), key, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := queued(t, b, admin, key, 1)
-		handoff(t, k, got, "a waiter on a Cluster without sharded pub/sub")
-	}
-	var said int
-	for _, e := range rec.of(dlock.EventNodeError) {
-		if strings.Contains(e.Err.Error(), "classic pub/sub") {
-			said++
-		}
-	}
-	if said != 1 {
-		t.Errorf("%d node errors say that the waiters use classic pub/sub, want 1: %v", said, rec.of(dlock.EventNodeError))
+	waitThroughClassic(t, a, b, admin, rec)
+}
+
+// TestShardedFailover: a replica takes over the master of a waiter's key
+// while the waiter waits, the master killed or by CLUSTER FAILOVER (the old
+// master, now a replica, drops the waiter's channel: a replica would accept
+// it again); the waiter subscribes on the new master, and the release there
+// wakes it.
+func TestShardedFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		takeOver func(master, replica *dlocktest.Server) error
+	}{
+		{"master killed", func(master, _ *dlocktest.Server) error { return master.Kill() }},
+		{"CLUSTER FAILOVER", func(_, replica *dlocktest.Server) error {
+			c := replica.Client()
+			defer c.Close()
+			return c.Do(context.Background(), "CLUSTER", "FAILOVER").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			failoverWhileWaiting(t, tc.takeOver)
+		})
 	}
 }
 
-// TestShardedManualFailover: a replica takes over its master (CLUSTER
-// FAILOVER) while a waiter waits; the old master, now a replica, drops the
-// waiter's channel, which the waiter subscribes on the new master, and the
-// release there wakes it.
-func TestShardedManualFailover(t *testing.T) {
-	t.Parallel()
-	cl := dlocktest.StartClusterWithReplicas(t, 2, 1)
+// failoverWhileWaiting runs TestShardedFailover's case, on a Cluster of
+// three masters (a majority of them elects the replica when one dies).
+func failoverWhileWaiting(t *testing.T, takeOver func(master, replica *dlocktest.Server) error) {
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
 	cc := cl.Client()
 	defer cc.Close()
 	a, b := newLocker(t, cc), newLocker(t, cl.Client())
-	key := keyOn(t, cc, cl.Servers[0].Addr(), "manual")
+	master, replica := cl.Servers[0], cl.Replicas[0]
+	key := keyOn(t, cc, master.Addr(), "failover")
 	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := acquireAsync(t, b, key)
 	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
-	replica := cl.Replicas[0]
 	rc := replica.Client()
 	defer rc.Close()
 	waitFor(t, func() bool {
 		rc.Do(ctx(t), "READONLY")
 		return rc.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1
-	}, "the waiter's registration to reach the replica")
-	if err := rc.Do(ctx(t), "CLUSTER", "FAILOVER").Err(); err != nil {
+	}, "the lock and its waiter to reach the replica")
+	if err := takeOver(master, replica); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return isMaster(replica) }, "the replica to take over")
 	waitFor(t, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the new master")
-	if n := len(inboxChannels(t, cl.Servers[0])); n != 0 {
-		t.Errorf("%d sharded inbox channels left on the old master", n)
+	if err := settled(t, func() error { return k.Extend(ctx(t), time.Minute) }); err != nil {
+		t.Fatalf("the lock after the failover: %v", err)
 	}
-	if err := settled(t, func() error { return k.Release(ctx(t)) }); err != nil {
+	if err := k.Release(ctx(t)); err != nil {
 		t.Fatalf("Release after the failover: %v", err)
 	}
 	select {

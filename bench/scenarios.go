@@ -1665,19 +1665,3 @@ func infoInt(info, field string) int64 {
 	}
 	return 0
 }
-
-// slotOf is the Cluster hash slot of a key without a hash tag.
-func slotOf(key string) int {
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
