@@ -65,11 +65,9 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 		return classic
 	}
 	l.sharded = inbox.NewSharded(inbox.ShardedConfig{
-		Client:    cc,
-		Channel:   l.shardedInbox,
-		Done:      l.done,
-		Permanent: permanent,
-		Deliver:   func(payload string) { l.deliver(i, payload) },
+		Client:  cc,
+		Channel: l.shardedInbox,
+		Deliver: func(payload string) { l.deliver(i, payload) },
 		Refused: func(err error) {
 			l.nodeEvent(i, "", &subscriptionError{channel: l.shardedInbox(-1), err: err})
 		},

@@ -19,9 +19,6 @@ type ShardedConfig struct {
 	// slot, so that a release of a key of the slot reaches it with
 	// SPUBLISH on the key's own shard.
 	Channel func(slot int) string
-	Done    <-chan struct{} // closed when the Locker's Close begins
-	// Permanent tells the errors that waiting cannot fix.
-	Permanent func(error) bool
 	// Deliver handles a message of the inbox.
 	Deliver func(payload string)
 	// Refused is told of the first refusal (before the waiters learn it,
