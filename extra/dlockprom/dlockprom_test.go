@@ -204,7 +204,9 @@ dlock_locks_lost_total{reason="not held"} 0
 
 func TestBusyTimeoutCanceled(t *testing.T) {
 	m, reg := newCollector(t)
-	l, _ := single(t, m)
+	l, s := single(t, m)
+	admin := s.Client()
+	defer admin.Close()
 	ctx := ctxTimeout(t, 30*time.Second)
 	k, err := l.Acquire(ctx, "job")
 	if err != nil {
@@ -250,7 +252,9 @@ func TestBusyTimeoutCanceled(t *testing.T) {
 
 func TestWaiterWoken(t *testing.T) {
 	m, reg := newCollector(t)
-	l, _ := single(t, m)
+	l, s := single(t, m)
+	admin := s.Client()
+	defer admin.Close()
 	ctx := ctxTimeout(t, 30*time.Second)
 	k, err := l.Acquire(ctx, "job")
 	if err != nil {
@@ -266,6 +270,11 @@ func TestWaiterWoken(t *testing.T) {
 	}()
 	waitFor(t, "the waiter to find the lock busy", func() bool {
 		return value(t, reg, "dlock_acquire_attempts_total", "result", "busy") >= 1
+	})
+	// The first attempt, before the inbox is subscribed, does not register:
+	// released before the waiter is registered, it would not be woken.
+	waitFor(t, "the waiter to register", func() bool {
+		return admin.ZCard(ctx, "dlock:{job}:waiters").Val() == 1
 	})
 	want(t, reg, 1, "dlock_acquisitions_in_progress")
 	if err := k.Release(ctx); err != nil {
