@@ -21,8 +21,9 @@ build:
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
 # (two election edges, the idle waiters' cost, the batched renewals on a
-# Redlock, a Cluster and a frozen Redis: dlock's own logic, the same with
-# any go-redis), to keep make test within its time.
+# Redlock, a Cluster and a frozen Redis, and three of the sharded inbox's
+# fall-back and stand-in cases: dlock's own logic, the same with any
+# go-redis), to keep make test within its time.
 test: redis
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -32,7 +33,7 @@ test: redis
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	$(GO) test -race -count=1 ./...
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -modfile=go.redis-latest.mod \
-		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen)$$' . ./internal/quorum
+		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod examples/go.mod; do \
