@@ -123,7 +123,11 @@ func TestRunHealthyNotStopped(t *testing.T) {
 		oneWay time.Duration
 		args   []string
 	}{
-		{0, []string{"--ttl", "300ms"}},
+		// 600ms, not shorter: the grace leaves a renewal its node timeout
+		// (TTL/5, here 120ms), and a loaded 2-core CI machine running the
+		// other packages' tests can hold a renewal up that long (at 300ms,
+		// 60ms, one run stopped the command).
+		{0, []string{"--ttl", "600ms"}},
 		{60 * time.Millisecond, []string{"--ttl", "1s"}},                           // node timeout 200ms
 		{150 * time.Millisecond, []string{"--ttl", "2s", "--kill-grace", "800ms"}}, // node timeout 400ms
 	} {

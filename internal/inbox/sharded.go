@@ -41,7 +41,9 @@ type ShardedConfig struct {
 // (Channel), subscribed with SSUBSCRIBE on the master that serves the slot,
 // over one connection per master, from the first time the Locker waits for
 // a key of the slot until Close. A release wakes a waiter with SPUBLISH in
-// the key's slot, so that the message never crosses the cluster bus.
+// the key's slot, so that the message stays within the key's shard (the
+// master and its replicas) instead of crossing the cluster bus to every
+// node.
 //
 // A slot's subscription follows the slot: when its master drops it (the
 // slot migrated, or the master became a replica: Redis pushes sunsubscribe),
