@@ -17,7 +17,9 @@ build:
 # its real limit; and every module under extra/, and examples/ (each its
 # own go.mod), is vetted and tested the same way (allocation checks without
 # -race); examples/' test runs each program against a redis-server.
-# The root package's tests also run against the newest go-redis v9
+# The history check runs 20s per topology in the first pass (make history
+# runs it for as long as asked). The root package's tests also run against
+# the newest go-redis v9
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
 # (two election edges, the idle waiters' cost, the batched renewals on a
@@ -31,9 +33,9 @@ test: redis
 	@deps=$$($(GO) list -deps ./cmd/dlock) || exit 1; \
 	if echo "$$deps" | grep -qxE 'testing|go.uber.org/goleak'; then \
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
-	$(GO) test -race -count=1 ./...
+	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 ./...
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -modfile=go.redis-latest.mod \
-		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub)$$' . ./internal/quorum
+		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod examples/go.mod; do \

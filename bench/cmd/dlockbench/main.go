@@ -326,7 +326,7 @@ func run(quick bool, reps int, out string) error {
 
 	// 3b'. Wake-ups on a Cluster (dlock only).
 	if want("clusterwake") {
-		if err := clusterWakeups(r, max(s.reps, 5), log); err != nil {
+		if err := clusterWakeups(r, s.reps, log); err != nil {
 			return err
 		}
 		flush()
