@@ -23,8 +23,8 @@ build:
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
 # (two election edges, the idle waiters' cost, the batched renewals on a
-# Redlock, a Cluster and a frozen Redis, and three of the sharded inbox's
-# fall-back and stand-in cases: dlock's own logic, the same with any
+# Redlock, a Cluster and a frozen Redis, and four of the sharded inbox's
+# fall-back, stand-in and reconnection cases: dlock's own logic, the same with any
 # go-redis), to keep make test within its time.
 test: redis
 	$(GO) vet ./...
