@@ -24,16 +24,24 @@ func clusterInfo(t *testing.T, s *dlocktest.Server, field string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n, _ := infoField(t, info, field) // absent: none counted yet
+	return n
+}
+
+// infoField returns an integer "field:value" line of an INFO-like reply,
+// and whether it is there.
+func infoField(t *testing.T, info, field string) (int64, bool) {
+	t.Helper()
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return n
+			return n, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // busPublishes sums the classic publishes that the masters sent over the
@@ -361,14 +369,11 @@ func serverInfoInt(t *testing.T, c *redis.Client, field string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
+	n, ok := infoField(t, info, field)
+	if !ok {
+		t.Fatalf("no %s in INFO", field)
 	}
-	t.Fatalf("no %s in INFO", field)
-	return 0
+	return n
 }
 
 // TestShardedFallbackNoShardedPubSub: on a Cluster whose servers have no
