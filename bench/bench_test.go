@@ -38,7 +38,7 @@ func TestParseStats(t *testing.T) {
 
 // startServer starts a redis-server for the test (skipping it where there
 // is no redis-server binary), with an admin client closed at its end.
-func startServer(t *testing.T) Server {
+func startServer(t testing.TB) Server {
 	t.Helper()
 	if _, err := dlocktest.Binary(); err != nil {
 		t.Skip(err)
