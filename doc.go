@@ -180,7 +180,11 @@
 // bus to every node; an SPUBLISH only to the shard's own replicas). The
 // subscription follows its slot: when the slot migrates or its master
 // fails over, it is made again on the slot's new master, and the slot's
-// waiters then try again, in case a release went unheard meanwhile. Where a
+// waiters then try again, in case a release went unheard meanwhile. Such a
+// Locker also keeps one classic subscription, for the releases of earlier
+// versions of dlock (which know no sharded pub/sub: they PUBLISH on
+// "dlock:inbox:IDs"), so that during a rolling upgrade they wake its
+// waiters at once too. Where a
 // node has no sharded pub/sub (Redis 6), or the user's ACL does not allow
 // SSUBSCRIBE there, the Locker uses the classic inbox from then on, for
 // every key, and says so once ([EventNodeError]); its waiters registered

@@ -77,8 +77,30 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 			l.nodeEvent(i, "", &classicInboxError{err: err})
 			l.inboxFellBack()
 		},
+		Earlier: l.earlierInbox(i),
 	})
 	return l.sharded
+}
+
+// earlierInbox is the classic subscription that a sharded inbox keeps for
+// releases by earlier versions of dlock (v0.1.0), which know no sharded
+// pub/sub: they PUBLISH "w MEMBER" on the inbox prefix and the member's
+// LOCKERID, which for a sharded member ends in shardedMark. Without it, a
+// waiter of this version would hear nothing of a release by a process not
+// yet upgraded, and try again only when its timers run out. Its refusal is
+// told as a node error, and fails no waiter (they are woken by this
+// version's releases regardless).
+func (l *Locker) earlierInbox(i int) *inbox.Subscriber {
+	channel := l.inbox + shardedMark
+	return inbox.New(inbox.Config{
+		Client:    l.nodes[i].Client,
+		Channel:   channel,
+		Done:      l.done,
+		Permanent: permanent,
+		Deliver:   func(payload string) { l.deliver(i, payload) },
+		Refused:   func(err error) { l.nodeEvent(i, "", &subscriptionError{channel: channel, err: err}) },
+		WakeAll:   l.wakeAll,
+	})
 }
 
 // inboxFellBack gives every waiter registered with a sharded member a

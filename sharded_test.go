@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -464,5 +465,49 @@ func failoverWhileWaiting(t *testing.T, takeOver func(master, replica *dlocktest
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not woken by the release on the new master")
+	}
+}
+
+// TestShardedRollingUpgrade: during a rolling upgrade on a Cluster, a
+// release by a process of v0.1.0 (its release.lua, kept in testdata as it
+// shipped) wakes a waiter of this version at once. That release knows no
+// sharded pub/sub: it PUBLISHes "w MEMBER" on the classic channel of the
+// member's LOCKERID, which for a sharded waiter ends in "s".
+func TestShardedRollingUpgrade(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("testdata/release-v0.1.0.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dlocktest.StartCluster(t, 2)
+	cc := cl.Client()
+	defer cc.Close()
+	key := keyOn(t, cc, cl.Servers[0].Addr(), "upgrade")
+	lock := "dlock:{" + key + "}"
+	// The holder: a process of v0.1.0, whose lock is its token.
+	if err := cc.Set(ctx(t), lock, "old-token", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	got := queued(t, newLocker(t, cl.Client()), admin, key, 1)
+	start := time.Now()
+	keys := []string{lock, lock + ":waiters", lock + ":wexp", lock + ":meta", lock + ":limit", lock + ":dead", lock + ":fence"}
+	// expected, inbox prefix, reserve ms, leaving, wake, metadata,
+	// listeners (a Cluster: not exact), bury ms, retention ms.
+	released, err := cc.Eval(ctx(t), string(src), keys, "old-token", "dlock:inbox:", 1000, "", "1", "0", "0", "0", 86400000).Int()
+	if err != nil || released != 1 {
+		t.Fatalf("v0.1.0's release: %v, %v", released, err)
+	}
+	select {
+	case k := <-got:
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("the waiter took %s to acquire after v0.1.0's release; it should be woken by it", el)
+		}
+		if k != nil {
+			_ = k.Release(ctx(t))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by v0.1.0's release within 10s (its holder's TTL was a minute)")
 	}
 }

@@ -34,6 +34,13 @@ type ShardedConfig struct {
 	Fallback *Subscriber
 	// FellBack is told of that answer, once.
 	FellBack func(err error)
+	// Earlier is the classic subscription of the channel on which a
+	// release by an earlier version, which knows no sharded pub/sub, wakes
+	// this Locker's sharded waiters (PUBLISH on the inbox prefix and the
+	// waiter's LOCKERID), so that such a release, during a rolling upgrade,
+	// wakes them at once too. It is started with the first slot and closed
+	// with the Sharded; no waiter waits for its confirmation. Nil for none.
+	Earlier *Subscriber
 }
 
 // A Sharded is a Locker's inbox on a Redis Cluster with sharded pub/sub
@@ -142,6 +149,9 @@ func (s *Sharded) Start(slot int) <-chan struct{} {
 	if s.closed || s.slots[slot] != nil {
 		return nil
 	}
+	if len(s.slots) == 0 && s.cfg.Earlier != nil {
+		s.cfg.Earlier.Start(slot) // sends nothing yet: its loop does
+	}
 	ch := s.cfg.Channel(slot)
 	st := &slotSub{channel: ch, ready: make(chan struct{})}
 	s.slots[slot] = st
@@ -183,7 +193,7 @@ func (s *Sharded) Refusal(slot int) error {
 	return nil
 }
 
-// Close closes every connection and the Fallback, and waits for the
+// Close closes every connection, the Fallback and Earlier, and waits for the
 // goroutines, except a router still connecting to a frozen node (it ends
 // once go-redis gives up, within the client's timeouts).
 func (s *Sharded) Close() error {
@@ -203,6 +213,9 @@ func (s *Sharded) Close() error {
 	subscribing := s.subscribing
 	s.mu.Unlock()
 	errs := []error{closeAll(closing), s.cfg.Fallback.Close()}
+	if s.cfg.Earlier != nil {
+		errs = append(errs, s.cfg.Earlier.Close())
+	}
 	s.wg.Wait()
 	if !subscribing {
 		s.router.Wait()
