@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,49 @@ func TestScaleAndNetworkScenarios(t *testing.T) {
 		"### Contended over the network: W=4 workers"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// The ceiling's configurations run their scripts, every pair a success
+// (dlock's scripts take and give back the lock: a key left held would fail
+// the next Lock), and the report's section shows them next to the
+// libraries.
+func TestCeiling(t *testing.T) {
+	srv := startServer(t)
+	libs := []Library{DlockLibrary(false), DlockLibrary(true), RedislockLibrary(false)}
+	r := &Report{Reps: 1, Libraries: libs, Ceilings: CeilingLibraries()}
+	for _, g := range []int{1, 8} {
+		var row []UncontendedResult
+		for _, lib := range append(slices.Clip(libs), r.Ceilings...) {
+			u, err := Uncontended(lib, []string{srv.Addr}, g, 20*time.Millisecond, 150*time.Millisecond, &srv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Ops == 0 || u.Errors != 0 || u.ScriptUsec <= 0 {
+				t.Errorf("%s, %d goroutines: %+v", lib.Name, g, u)
+			}
+			row = append(row, u)
+		}
+		if g == 1 {
+			r.Uncontended1 = append(r.Uncontended1, row)
+		} else {
+			r.Uncontended64 = append(r.Uncontended64, row)
+		}
+	}
+	md := r.Markdown(false)
+	if i := strings.Index(md, "## The ceiling"); i >= 0 && testing.Verbose() {
+		t.Log(md[i:min(len(md), i+3000)])
+	}
+	for _, want := range []string{"## The ceiling: the scripts alone", "| 1 | dlock-scripts |", "| 64 | setnx-scripts-ap |", "| 1 | dlock-ctx (the library) |", "of dlock-scripts |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	// Not peers: the targets compare dlock with redislock only.
+	for _, tg := range r.Targets() {
+		if strings.Contains(tg.Measured, "scripts") {
+			t.Errorf("target %q scored against a ceiling: %s", tg.Name, tg.Measured)
 		}
 	}
 }

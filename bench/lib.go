@@ -38,6 +38,9 @@ type Library struct {
 	GoRedis bool
 	// Dlock is true for dlock's own configurations (never a peer).
 	Dlock bool
+	// Ceiling is true for the ceiling's configurations (ceiling.go): not a
+	// library, never a peer, reported in a section of their own.
+	Ceiling bool
 	// Note says how the library is configured, for the report.
 	Note string
 	// Limit is the number of holders the library's lock lets in at once

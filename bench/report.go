@@ -27,6 +27,9 @@ type Report struct {
 	Reps         int
 	Settings     string
 	Libraries    []Library
+	// Ceilings are the ceiling's configurations (ceiling.go), whose rows
+	// are in Uncontended1 and Uncontended64 alongside the libraries'.
+	Ceilings []Library
 
 	Uncontended1   [][]UncontendedResult
 	Uncontended64  [][]UncontendedResult
@@ -492,6 +495,7 @@ func (r *Report) Markdown(charts bool) string {
 		w("## %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
 		w("%s\n", r.uncontendedTable(u.runs, false, nil))
 	}
+	r.writeCeiling(w)
 
 	for _, c := range r.Contended {
 		w("## Contended: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
@@ -945,4 +949,40 @@ func (r *Report) Charts(dir string) error {
 		}
 	}
 	return nil
+}
+
+// writeCeiling writes the ceiling's section: the scripts alone, in the
+// uncontended scenarios' repetitions (see ceiling.go).
+func (r *Report) writeCeiling(w func(string, ...any)) {
+	if len(r.Ceilings) == 0 || len(r.Uncontended1)+len(r.Uncontended64) == 0 {
+		return
+	}
+	w("## The ceiling: the scripts alone\n\n")
+	w("Not libraries: each library's scripts sent alone on free keys, in the uncontended scenarios' repetitions, with nothing around them (no lock object, no timer, no deadline). No library that sends dlock's scripts can go faster than the *dlock-scripts* rows; *setnx-scripts* are a lock's with no fence and no queue (redislock's). Ratios are medians of the ratios in each repetition.\n\n")
+	for _, l := range r.Ceilings {
+		w("- **%s**: %s\n", l.Name, l.Note)
+	}
+	w("\n")
+	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
+	t := table{head: []string{"goroutines", "configuration", "pairs/s", "Redis µs in scripts per pair", "vs setnx-scripts", "library ÷ its scripts"}}
+	for _, u := range []struct {
+		g    string
+		runs [][]UncontendedResult
+	}{{"1", r.Uncontended1}, {"64", r.Uncontended64}} {
+		if len(u.runs) == 0 {
+			continue
+		}
+		for _, l := range r.Ceilings {
+			vs, _ := medianRatio(u.runs, uname, l.Name, "setnx-scripts", ops)
+			t.add(u.g, l.Name, num(median(pick(u.runs, uname, l.Name, ops))),
+				fmt.Sprintf("%.2f", median(pick(u.runs, uname, l.Name, func(x UncontendedResult) float64 { return x.ScriptUsec }))), vs, "")
+		}
+		for _, lib := range []struct{ name, scripts string }{{"dlock", "dlock-scripts"}, {"dlock-ctx", "dlock-scripts"}, {"redislock", "setnx-scripts"}} {
+			of, _ := medianRatio(u.runs, uname, lib.name, lib.scripts, ops)
+			vs, _ := medianRatio(u.runs, uname, lib.name, "setnx-scripts", ops)
+			t.add(u.g, lib.name+" (the library)", num(median(pick(u.runs, uname, lib.name, ops))),
+				fmt.Sprintf("%.2f", median(pick(u.runs, uname, lib.name, func(x UncontendedResult) float64 { return x.ScriptUsec }))), vs, of+" of "+lib.scripts)
+		}
+	}
+	w("%s\n", t)
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,7 @@ func run(quick bool, reps int, out string) error {
 		Quick:        quick,
 		Reps:         s.reps,
 		Libraries:    libs,
+		Ceilings:     bench.CeilingLibraries(),
 		NodeTimeout:  time.Second, // dlock's default: TTL/5, at most 1s
 		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s; shared holds: %s warm-up, %s measured (%s); AcquireAll: %s warm-up, %s measured per variant (%s)",
 			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime,
@@ -191,7 +193,10 @@ func run(quick bool, reps int, out string) error {
 		if g == 1 {
 			dst = &r.Uncontended1
 		}
-		err := uncontendedReps(dst, libs, s.reps, "uncontended", g, log, flush, func(lib bench.Library) (bench.UncontendedResult, error) {
+		// The ceiling's configurations run in the same repetitions, after
+		// the libraries.
+		ulibs := append(slices.Clip(libs), r.Ceilings...)
+		err := uncontendedReps(dst, ulibs, s.reps, "uncontended", g, log, flush, func(lib bench.Library) (bench.UncontendedResult, error) {
 			return bench.Uncontended(lib, addr, g, s.warm, s.dur, &srv)
 		})
 		if err != nil {
