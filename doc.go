@@ -181,17 +181,15 @@
 // subscription follows its slot: when the slot migrates or its master
 // fails over, it is made again on the slot's new master, and the slot's
 // waiters then try again, in case a release went unheard meanwhile. Such a
-// Locker also keeps one classic subscription, for the releases of earlier
-// versions of dlock (which know no sharded pub/sub: they PUBLISH on
+// Locker also keeps one classic subscription, for the releases that cannot
+// use sharded pub/sub: those of earlier versions of dlock (which PUBLISH on
 // "dlock:inbox:IDs"), so that during a rolling upgrade they wake its
-// waiters at once too. Where a
+// waiters at once too, and those of a user without SPUBLISH, whose refused
+// SPUBLISH is followed by a PUBLISH there (over the cluster bus). Where a
 // node has no sharded pub/sub (Redis 6), or the user's ACL does not allow
 // SSUBSCRIBE there, the Locker uses the classic inbox from then on, for
 // every key, and says so once ([EventNodeError]); its waiters registered
-// through the sharded inbox register again. A user that releases needs
-// SPUBLISH: without it, a release passes over the sharded waiters, who try
-// again only on their own timers (when the TTL that their last attempt saw
-// runs out). On a single Redis the release also reserves the lock for that
+// through the sharded inbox register again. On a single Redis the release also reserves the lock for that
 // waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
 // after it is told too, and stands in if the woken one has not taken the
 // lock shortly after (it may have died). A waiter also wakes when the

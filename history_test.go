@@ -337,6 +337,10 @@ func (h *historyRun) restart(i int, empty bool) {
 // $DLOCK_HISTORY_SEED (default random, printed); then the read-write
 // scenario (two acquisitions in three shared) on each, for a third as long.
 func TestHistory(t *testing.T) {
+	// Beside the other parallel tests, which mostly wait: the history's
+	// checks are of safety and of what is left once its workers stopped,
+	// which load does not change.
+	t.Parallel()
 	duration := 30 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("DLOCK_HISTORY_DURATION")); err == nil {
 		duration = d

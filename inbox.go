@@ -87,19 +87,22 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 // pub/sub: they PUBLISH "w MEMBER" on the inbox prefix and the member's
 // LOCKERID, which for a sharded member ends in shardedMark. Without it, a
 // waiter of this version would hear nothing of a release by a process not
-// yet upgraded, and try again only when its timers run out. Its refusal is
-// told as a node error, and fails no waiter (they are woken by this
-// version's releases regardless).
+// yet upgraded, and try again only when its timers run out. A release by
+// this version whose SPUBLISH is refused PUBLISHes there too (release.lua).
+// A refusal (an ACL without SUBSCRIBE) is told once, as a node error that
+// fails no waiter (waiting works; such releases are heard only through the
+// waiters' timers), and wakes none.
 func (l *Locker) earlierInbox(i int) *inbox.Subscriber {
 	channel := l.inbox + shardedMark
 	return inbox.New(inbox.Config{
-		Client:    l.nodes[i].Client,
-		Channel:   channel,
-		Done:      l.done,
-		Permanent: permanent,
-		Deliver:   func(payload string) { l.deliver(i, payload) },
-		Refused:   func(err error) { l.nodeEvent(i, "", &subscriptionError{channel: channel, err: err}) },
-		WakeAll:   l.wakeAll,
+		Client:       l.nodes[i].Client,
+		Channel:      channel,
+		Done:         l.done,
+		Permanent:    permanent,
+		Deliver:      func(payload string) { l.deliver(i, payload) },
+		Refused:      func(err error) { l.nodeEvent(i, "", &earlierInboxError{channel: channel, err: err}) },
+		WakeAll:      l.wakeAll,
+		QuietRefusal: true,
 	})
 }
 
@@ -219,3 +222,18 @@ func (e *classicInboxError) Error() string {
 }
 
 func (e *classicInboxError) Unwrap() error { return e.err }
+
+// earlierInboxError says that a sharded inbox's classic subscription (see
+// earlierInbox) was refused: a release that cannot SPUBLISH (by an earlier
+// version of dlock, or by a user without SPUBLISH) then wakes this
+// Locker's waiters only through their timers. Waiting works.
+type earlierInboxError struct {
+	channel string
+	err     error
+}
+
+func (e *earlierInboxError) Error() string {
+	return "releases that cannot use sharded pub/sub (by dlock v0.1.0, or by a user without SPUBLISH) wake the waiters only through their timers: the subscription to the channel " + e.channel + " was refused: " + e.err.Error()
+}
+
+func (e *earlierInboxError) Unwrap() error { return e.err }

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -468,6 +469,43 @@ func failoverWhileWaiting(t *testing.T, takeOver func(master, replica *dlocktest
 	}
 }
 
+// earlierSubscribed waits until the classic channel of the sharded member's
+// LOCKERID (see earlierInbox) has a subscriber on one of the Cluster's nodes,
+// and returns the member.
+func earlierSubscribed(t *testing.T, cl *dlocktest.Cluster, key string) string {
+	t.Helper()
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	var member string
+	waitFor(t, func() bool {
+		for _, s := range cl.Servers {
+			c := s.Client()
+			ms := c.ZRange(ctx(t), "dlock:{"+key+"}:waiters", 0, 0).Val()
+			c.Close()
+			if len(ms) == 1 {
+				member = ms[0]
+				return true
+			}
+		}
+		return false
+	}, "the waiter for "+key+" registered")
+	id, _, _ := strings.Cut(member, ":")
+	if !strings.HasSuffix(id, "s") {
+		t.Fatalf("the waiter's member %q is not a sharded one", member)
+	}
+	channel := "dlock:inbox:" + id
+	waitFor(t, func() bool {
+		n := int64(0)
+		for _, s := range cl.Servers {
+			c := s.Client()
+			n += c.PubSubNumSub(ctx(t), channel).Val()[channel]
+			c.Close()
+		}
+		return n > 0
+	}, "the subscription of "+channel)
+	return member
+}
+
 // TestShardedRollingUpgrade: during a rolling upgrade on a Cluster, a
 // release by a process of v0.1.0 (its release.lua, kept in testdata as it
 // shipped) wakes a waiter of this version at once. That release knows no
@@ -480,22 +518,23 @@ func TestShardedRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := dlocktest.StartCluster(t, 2)
-	cc := cl.Client()
+	cc, wc := cl.Client(), cl.Client()
 	defer cc.Close()
+	defer wc.Close()
 	key := keyOn(t, cc, cl.Servers[0].Addr(), "upgrade")
 	lock := "dlock:{" + key + "}"
 	// The holder: a process of v0.1.0, whose lock is its token.
 	if err := cc.Set(ctx(t), lock, "old-token", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	admin := cl.Servers[0].Client()
-	defer admin.Close()
-	got := queued(t, newLocker(t, cl.Client()), admin, key, 1)
+	got := acquireAsync(t, newLocker(t, wc), key)
+	earlierSubscribed(t, cl, key)
 	start := time.Now()
 	keys := []string{lock, lock + ":waiters", lock + ":wexp", lock + ":meta", lock + ":limit", lock + ":dead", lock + ":fence"}
-	// expected, inbox prefix, reserve ms, leaving, wake, metadata,
-	// listeners (a Cluster: not exact), bury ms, retention ms.
-	released, err := cc.Eval(ctx(t), string(src), keys, "old-token", "dlock:inbox:", 1000, "", "1", "0", "0", "0", 86400000).Int()
+	// As v0.1.0 sent them on a Cluster: expected, inbox prefix, reserve ms,
+	// leaving, wake, metadata, listeners (not exact on a Cluster), bury
+	// ms, retention ms.
+	released, err := cc.Eval(ctx(t), string(src), keys, "old-token", "dlock:inbox:", 100, "", "1", "0", "0", "0", 86400000).Int()
 	if err != nil || released != 1 {
 		t.Fatalf("v0.1.0's release: %v, %v", released, err)
 	}
@@ -509,5 +548,70 @@ func TestShardedRollingUpgrade(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken by v0.1.0's release within 10s (its holder's TTL was a minute)")
+	}
+}
+
+// TestShardedReleaserWithoutSPUBLISH: a holder whose user may not SPUBLISH
+// (an ACL line made for v0.1.0) still wakes a sharded waiter at once: its
+// release's refused SPUBLISH is followed by a PUBLISH on the classic
+// channel that the waiter's Locker also listens on.
+func TestShardedReleaserWithoutSPUBLISH(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	const pw = "no-spublish"
+	line := readmeACL(t, ".", pw)
+	old := strings.Replace(strings.Replace(line, " +spublish", "", 1), "SETUSER dlock ", "SETUSER old ", 1)
+	if old == line {
+		t.Fatalf("the README's line has no \" +spublish\" to take out: %s", line)
+	}
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	runLine(t, admin, line)
+	runLine(t, admin, old)
+	hc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "old", Password: pw})
+	wc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
+	defer hc.Close()
+	defer wc.Close()
+	k, err := newLocker(t, hc).TryAcquire(ctx(t), "nospublish", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, newLocker(t, wc), "nospublish")
+	earlierSubscribed(t, cl, "nospublish")
+	handoff(t, k, got, "a sharded waiter, released by a user without SPUBLISH")
+	if n := admin.ACLLog(ctx(t), 10).Val(); len(n) == 0 {
+		t.Error("the holder's SPUBLISH was not refused: the test tests nothing")
+	}
+}
+
+// TestShardedEarlierRefused: a user without SUBSCRIBE (only the classic
+// subscription for releases of earlier versions needs it on a Cluster)
+// waits as before, woken by this version's releases; the refusal is told
+// once, as a node error that is not ErrMisconfigured.
+func TestShardedEarlierRefused(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	const pw = "no-subscribe"
+	line := strings.Replace(readmeACL(t, ".", pw), " +subscribe", "", 1)
+	admin := cl.Servers[0].Client()
+	defer admin.Close()
+	runLine(t, admin, line)
+	opts := &redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw}
+	hc, wc := redis.NewClusterClient(opts), redis.NewClusterClient(opts)
+	defer hc.Close()
+	defer wc.Close()
+	rec := newRecorder()
+	waiter := newLocker(t, wc, dlock.WithHook(rec))
+	k, err := newLocker(t, hc).TryAcquire(ctx(t), "nosubscribe", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := queued(t, waiter, admin, "nosubscribe", 1)
+	waitFor(t, func() bool { return len(rec.of(dlock.EventNodeError)) > 0 }, "the refusal's node error")
+	handoff(t, k, got, "a sharded waiter whose user may not SUBSCRIBE")
+	for _, e := range rec.of(dlock.EventNodeError) {
+		if errors.Is(e.Err, dlock.ErrMisconfigured) || !strings.Contains(e.Err.Error(), "v0.1.0") {
+			t.Errorf("node error %v: want one that says what is lost, not ErrMisconfigured", e.Err)
+		}
 	}
 }

@@ -108,13 +108,17 @@ type Config struct {
 	Refused func(err error)
 	// WakeAll makes every waiter try again: after a confirmation (a waiter
 	// may now register; after a reconnection a release may have gone
-	// unheard) and after a refusal (they report it).
+	// unheard) and, unless QuietRefusal, after a refusal (they report it).
 	WakeAll func()
+	// QuietRefusal: a refusal wakes no waiter, for a subscription whose
+	// refusal no waiter reports (see ShardedConfig.Earlier): waking them
+	// at every retry (every refusedRetry) would cost an attempt each.
+	QuietRefusal bool
 }
 
-// A Subscriber is a Locker's one pub/sub connection to one node, subscribed
-// to the Locker's inbox channel from the first time the Locker has to wait
-// until Close.
+// A Subscriber is one pub/sub connection of a Locker to one node, subscribed
+// to one channel (the Locker's inbox channel; see also ShardedConfig.Earlier)
+// from the first time the Locker has to wait until Close.
 type Subscriber struct {
 	cfg Config
 
@@ -229,7 +233,9 @@ func (l *listener) Refused(err error) {
 	s.isReady, s.refusal = false, err
 	s.wakeReady()
 	s.mu.Unlock()
-	s.cfg.WakeAll()
+	if !s.cfg.QuietRefusal {
+		s.cfg.WakeAll()
+	}
 }
 
 // wakeReady closes ready once; s.mu is held.
@@ -248,7 +254,8 @@ func (s *Subscriber) isClosed() bool {
 
 // Close closes the subscription, and waits for its loop, unless the loop
 // is still in its first SUBSCRIBE (a frozen node: it ends once go-redis
-// gives up).
+// gives up). Then the PubSub is closed on another goroutine too: go-redis'
+// PubSub.Close waits for the connection that SUBSCRIBE is making.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -258,13 +265,15 @@ func (s *Subscriber) Close() error {
 	s.closed = true
 	ps, subscribing := s.ps, s.subscribing
 	s.mu.Unlock()
-	var err error
-	if ps != nil {
-		err = ps.Close()
+	switch {
+	case ps == nil:
+		return nil
+	case subscribing:
+		go func() { _ = ps.Close() }()
+		return nil
 	}
-	if !subscribing {
-		s.wg.Wait()
-	}
+	err := ps.Close()
+	s.wg.Wait()
 	return err
 }
 

@@ -38,8 +38,12 @@ type ShardedConfig struct {
 	// release by an earlier version, which knows no sharded pub/sub, wakes
 	// this Locker's sharded waiters (PUBLISH on the inbox prefix and the
 	// waiter's LOCKERID), so that such a release, during a rolling upgrade,
-	// wakes them at once too. It is started with the first slot and closed
-	// with the Sharded; no waiter waits for its confirmation. Nil for none.
+	// wakes them at once too; and a release by this version whose
+	// SPUBLISH is refused (a user without it) PUBLISHes there instead. It is
+	// started with the first slot and closed with the Sharded, or when the
+	// Sharded falls back (then the waiters' members are classic ones, told
+	// on the Fallback's channel); no waiter waits for its confirmation. Nil
+	// for none.
 	Earlier *Subscriber
 }
 
@@ -212,7 +216,15 @@ func (s *Sharded) Close() error {
 	s.shards = nil
 	subscribing := s.subscribing
 	s.mu.Unlock()
-	errs := []error{closeAll(closing), s.cfg.Fallback.Close()}
+	var errs []error
+	if subscribing {
+		// go-redis' PubSub.Close waits for the connection that the
+		// router's SSUBSCRIBE is making.
+		go closeAll(closing)
+	} else {
+		errs = append(errs, closeAll(closing))
+	}
+	errs = append(errs, s.cfg.Fallback.Close())
 	if s.cfg.Earlier != nil {
 		errs = append(errs, s.cfg.Earlier.Close())
 	}
@@ -546,6 +558,12 @@ func (s *Sharded) replyError(sh *shard, err error) bool {
 		closeAll(closing)
 		if first {
 			s.cfg.FellBack(err)
+			if s.cfg.Earlier != nil {
+				// The waiters register classic members from now on
+				// (FellBack), of which a release by an earlier version
+				// tells the Fallback's channel.
+				_ = s.cfg.Earlier.Close()
+			}
 		}
 	case strings.HasPrefix(msg, "NOPERM"):
 		// NOPERM for the channel (Redis 7.0: "... to access one of the

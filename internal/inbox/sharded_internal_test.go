@@ -71,3 +71,25 @@ func TestShardedReplyErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestQuietRefusal: a refusal is told once in a row; it wakes every waiter
+// (they report it), except for a subscription with QuietRefusal, whose
+// refusal no waiter reports (its retries, every refusedRetry, would
+// otherwise cost every waiter an attempt each time).
+func TestQuietRefusal(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		wakes, told := 0, 0
+		s := New(Config{Refused: func(error) { told++ }, WakeAll: func() { wakes++ }, QuietRefusal: quiet})
+		s.ready = make(chan struct{})
+		l := (*listener)(s)
+		l.Refused(errors.New("NOPERM"))
+		l.Refused(errors.New("NOPERM"))
+		want := 2
+		if quiet {
+			want = 0
+		}
+		if wakes != want || told != 1 {
+			t.Errorf("QuietRefusal %v: %d wake-ups (want %d), told %d times (want 1)", quiet, wakes, want, told)
+		}
+	}
+}

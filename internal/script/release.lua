@@ -39,10 +39,11 @@
 --                        with SPUBLISH on ARGV[2].."{"..ARGV[10].."}"..LOCKERID,
 --                        a channel of the key's slot, so that the message
 --                        stays on the key's shard (a PUBLISH crosses the
---                        whole Cluster's bus); a refused SPUBLISH (no
---                        sharded pub/sub, or no permission) counts as heard
---                        by nobody; every other waiter is told with PUBLISH
---                        on ARGV[2]..LOCKERID
+--                        whole Cluster's bus); after a refused SPUBLISH
+--                        (no sharded pub/sub, or no permission), and for
+--                        every other waiter, with PUBLISH on
+--                        ARGV[2]..LOCKERID (a sharded Locker listens there
+--                        too, for the releases of v0.1.0)
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
@@ -87,14 +88,17 @@ local tag = ARGV[10] or ''
 local function tell(w, msg)
   local id = string.match(w, '^[^:]*')
   if tag ~= '' and string.sub(id, -1) == 's' then
-    -- A server without sharded pub/sub (Redis < 7.0), or a user without
-    -- SPUBLISH, refuses it: nobody heard it, and the release goes on to the
-    -- next waiter. Otherwise, as PUBLISH on a Cluster, the count is not
-    -- exact: the inbox may listen on one of the shard's replicas for a
-    -- moment (after a failover), which hears the message but is not
-    -- counted.
+    -- As PUBLISH on a Cluster, the count is not exact: the inbox may
+    -- listen on one of the shard's replicas for a moment (after a
+    -- failover), which hears the message but is not counted. A server
+    -- without sharded pub/sub (Redis < 7.0), or a user without SPUBLISH,
+    -- refuses it: then the message goes with PUBLISH on the LOCKERID's
+    -- classic channel, which a sharded Locker also listens on (for the
+    -- releases of v0.1.0, which PUBLISH there), over the cluster bus.
     local heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
-    return type(heard) == 'number' and (heard > 0 or ARGV[7] ~= '1')
+    if type(heard) == 'number' then
+      return heard > 0 or ARGV[7] ~= '1'
+    end
   end
   local heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
   return heard > 0 or ARGV[7] ~= '1'
