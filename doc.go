@@ -189,17 +189,18 @@
 // node has no sharded pub/sub (Redis 6), or the user's ACL does not allow
 // SSUBSCRIBE there, the Locker uses the classic inbox from then on, for
 // every key, and says so once ([EventNodeError]); its waiters registered
-// through the sharded inbox register again. On a single Redis the release also reserves the lock for that
-// waiter for a moment, so a newcomer cannot barge in ahead of it. The waiter
-// after it is told too, and stands in if the woken one has not taken the
-// lock shortly after (it may have died). A waiter also wakes when the
-// holder's remaining TTL (returned by the failed attempt) runs out, when its
-// inbox subscription comes back after a reconnection (a release may have gone
-// unheard), and, as a last resort, after a slow jittered backoff (15s,
-// doubling to 60s). A waiter whose attempt failed on node errors tries again
-// on a short backoff (the node timeout, doubling to 1s), since no release
-// will tell it when the nodes are back; one that found the lock reserved for
-// another woken waiter tries again once that waiter should have taken it.
+// through the sharded inbox register again. On a single Redis the release
+// also reserves the lock for that waiter for a moment, so a newcomer cannot
+// barge in ahead of it. The waiter after it is told too, and stands in if
+// the woken one has not taken the lock shortly after (it may have died). A
+// waiter also wakes when the holder's remaining TTL (returned by the failed
+// attempt) runs out, when its inbox subscription comes back after a
+// reconnection (a release may have gone unheard), and, as a last resort,
+// after a slow jittered backoff (15s, doubling to 60s). A waiter whose
+// attempt failed on node errors tries again on a short backoff (the node
+// timeout, doubling to 1s), since no release will tell it when the nodes
+// are back; one that found the lock reserved for another woken waiter tries
+// again once that waiter should have taken it.
 // An attempt that finds its registration gone (a restart, an eviction, a
 // flush) registers again. Goroutines of one Locker waiting for the same key
 // queue locally: only the first talks to Redis. When the last of them gives
