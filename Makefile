@@ -25,9 +25,11 @@ build:
 # (two election edges, the idle waiters' cost, the batched renewals on a
 # Redlock, a Cluster and a frozen Redis, and four of the sharded inbox's
 # fall-back, stand-in and reconnection cases: dlock's own logic, the same with any
-# go-redis), to keep make test within its time. The tests run 4 parallel tests
-# at once (-parallel 4, against GOMAXPROCS: 2 on the CI machine): those are
-# the ones that mostly wait (TestHistory among them), and overlap.
+# go-redis), to keep make test within its time. TestHistory is a parallel
+# test, beside the others that mostly wait; the go-redis-latest pass runs 4
+# of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
+# machine), the first pass the default number, as cmd/dlock's timed tests
+# run alongside it there.
 test: redis
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -35,7 +37,7 @@ test: redis
 	@deps=$$($(GO) list -deps ./cmd/dlock) || exit 1; \
 	if echo "$$deps" | grep -qxE 'testing|go.uber.org/goleak'; then \
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
-	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 -parallel 4 ./...
+	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 ./...
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -parallel 4 -modfile=go.redis-latest.mod \
 		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
