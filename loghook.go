@@ -56,8 +56,12 @@ func (h *logHook) Event(ctx context.Context, e Event) {
 		level, msg := slog.LevelWarn, "dlock: node failed"
 		var refused *subscriptionError
 		switch {
-		case e.Key == "":
+		case e.Key == "" && errors.As(e.Err, &refused):
 			level, msg = slog.LevelError, "dlock: node refused the subscription to the waiters' channel: waiting for a lock cannot work (check the ACL)"
+		case e.Key == "":
+			// Waiting works: the waiters use classic pub/sub, or releases
+			// that cannot SPUBLISH reach them only through their timers.
+			msg = "dlock: node refused part of the waiters' pub/sub; waiting works"
 		case errors.As(e.Err, &refused):
 			level, msg = slog.LevelError, "dlock: node refused the subscription to the election's channel: observers hear of changes only by reading the leader, every second while no node allows it (check the ACL)"
 		}

@@ -615,3 +615,43 @@ func TestShardedEarlierRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseWithoutChannel: a holder whose user may not publish on the
+// waiters' channels (the README: without the channel a user can
+// TryAcquire) releases a key that another user's waiter waits for. The
+// release is whole and returns nil (a refused PUBLISH, after the script
+// has written, must not fail it half-way); the waiter, told by nobody,
+// takes the lock when the TTL it saw runs out.
+func TestReleaseWithoutChannel(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	const pw = "no-channel"
+	line := readmeACL(t, ".", pw)
+	runLine(t, admin, line)
+	runLine(t, admin, strings.Replace(strings.Replace(line, " &dlock:inbox:*", "", 1), "SETUSER dlock ", "SETUSER nochan ", 1))
+	hc := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "nochan", Password: pw})
+	wc := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "dlock", Password: pw})
+	defer hc.Close()
+	defer wc.Close()
+	k, err := newLocker(t, hc).TryAcquire(ctx(t), "nochan", dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := queued(t, newLocker(t, wc), admin, "nochan", 1)
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatalf("Release by a user without the channel: %v, want nil", err)
+	}
+	if n := admin.Exists(ctx(t), "dlock:{nochan}").Val(); n != 0 {
+		t.Error("the lock is still there after its Release")
+	}
+	select {
+	case k2 := <-got:
+		if k2 != nil {
+			_ = k2.Release(ctx(t))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the lock within 10s of a release it could not hear (TTL 2s)")
+	}
+}

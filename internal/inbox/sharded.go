@@ -198,8 +198,9 @@ func (s *Sharded) Refusal(slot int) error {
 }
 
 // Close closes every connection, the Fallback and Earlier, and waits for the
-// goroutines, except a router still connecting to a frozen node (it ends
-// once go-redis gives up, within the client's timeouts).
+// goroutines, except while the router connects to a frozen node: then the
+// router and the receive loops (which may wait for the same connection) end
+// once go-redis gives up, within the client's timeouts.
 func (s *Sharded) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -228,8 +229,10 @@ func (s *Sharded) Close() error {
 	if s.cfg.Earlier != nil {
 		errs = append(errs, s.cfg.Earlier.Close())
 	}
-	s.wg.Wait()
 	if !subscribing {
+		// (When subscribing, the connection's receive loop may wait for
+		// the same PubSub: it ends once go-redis gives up, as the router.)
+		s.wg.Wait()
 		s.router.Wait()
 	}
 	return errors.Join(errs...)

@@ -43,7 +43,8 @@
 --                        (no sharded pub/sub, or no permission), and for
 --                        every other waiter, with PUBLISH on
 --                        ARGV[2]..LOCKERID (a sharded Locker listens there
---                        too, for the releases of v0.1.0)
+--                        too, for the releases of v0.1.0); a refused PUBLISH
+--                        counts as heard by nobody
 --
 -- Returns 1 if the lock held ARGV[1] and was released (or handed on), else 0
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
@@ -100,8 +101,12 @@ local function tell(w, msg)
       return heard > 0 or ARGV[7] ~= '1'
     end
   end
-  local heard = redis.call('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
-  return heard > 0 or ARGV[7] ~= '1'
+  -- Called after the release has written (the waiter popped, the lock
+  -- deleted): a refused PUBLISH (a user without the channel) must not fail
+  -- the script half-way. Nobody heard it, and the release goes on to the
+  -- next waiter.
+  local heard = redis.pcall('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
+  return type(heard) == 'number' and (heard > 0 or ARGV[7] ~= '1')
 end
 local function live(w)
   return tonumber(redis.call('HGET', KEYS[3], w) or '0') >= clock()
