@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
@@ -31,9 +33,9 @@ func CeilingLibraries() []Library {
 	}
 }
 
-func ceilingLibrary(name string, autopipeline bool) Library {
-	note := "not a library: dlock's acquire.lua and release.lua alone, as dlock sends them"
-	if name == "setnx-scripts" {
+func ceilingLibrary(scripts string, autopipeline bool) Library {
+	name, note := scripts, "not a library: dlock's acquire.lua and release.lua alone, as dlock sends them"
+	if scripts == "setnx-scripts" {
 		note = "not a library: SET NX PX, then GET and DEL, each a script (redislock's)"
 	}
 	via := "a default client"
@@ -50,7 +52,7 @@ func ceilingLibrary(name string, autopipeline bool) Library {
 				return nil, errors.New(name + ": one Redis only")
 			}
 			c := goRedisClient(addrs[0], sent)
-			p := &scriptsProcess{client: c, cmd: c, dlock: name != "setnx-scripts" && name != "setnx-scripts-ap"}
+			p := &scriptsProcess{client: c, cmd: c, dlock: scripts == "dlock-scripts"}
 			if autopipeline {
 				ap, err := c.AutoPipeline()
 				if err != nil {
@@ -69,14 +71,30 @@ func ceilingLibrary(name string, autopipeline bool) Library {
 var (
 	setnxAcquire = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
 	setnxRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-	dlockAcquire = redis.NewScript(script.Acquire.Source())
-	dlockRelease = redis.NewScript(script.Release.Source())
 )
+
+// dlock's arguments, built with internal/script's builders as the library
+// builds them for a lock of the default TTL on one Redis: an Acquire that
+// does not register as a waiter, and its Release (no metadata, listeners
+// exact, no tombstone, no slot tag).
+var (
+	ceilingAcquire = script.AcquireArgs{Token: scriptsToken, TTL: strconv.FormatInt(redislockTTL.Milliseconds(), 10),
+		Retention: "86400000", Metadata: "", Limit: "1"}
+	ceilingRelease = script.ReleaseArgs{Expected: scriptsToken, InboxPrefix: "dlock:inbox:", Reserve: "100", Leaving: "",
+		Wake: "1", Metadata: "0", Listeners: "1", Bury: "0", Retention: "86400000", SlotTag: ""}
+)
+
+// scriptClient runs go-redis' Script (the SET NX scripts) and
+// internal/script's commands (dlock's).
+type scriptClient interface {
+	redis.Scripter
+	script.Processor
+}
 
 type scriptsProcess struct {
 	client *redis.Client
 	ap     *redis.AutoPipeliner
-	cmd    redis.Scripter
+	cmd    scriptClient // the client, or its AutoPipeliner
 	dlock  bool
 }
 
@@ -85,46 +103,41 @@ const scriptsToken = "ceiling-token"
 // Lock takes key with one script call; a key that is not free is an error
 // (the uncontended scenario's keys always are).
 func (p *scriptsProcess) Lock(ctx context.Context, key string) (Held, error) {
-	lock := "dlock:{" + key + "}"
-	var ok bool
 	if p.dlock {
-		// acquire.lua's KEYS and ARGV (see internal/script): token, TTL,
-		// retention, no metadata, a lock; no waiter.
-		r, err := dlockAcquire.Run(ctx, p.cmd, []string{lock, lock + ":fence", lock + ":waiters", lock + ":wexp", lock + ":meta", lock + ":limit", lock + ":dead", lock + ":writers"},
-			scriptsToken, redislockTTL.Milliseconds(), 86400000, "", "1").Slice()
+		nm := keys.Make("dlock:", key)
+		v, err := script.Acquire.Run(ctx, p.cmd, ceilingAcquire.Command(nm.AcquireKeys[:]))
 		if err != nil {
 			return nil, err
 		}
-		ok = len(r) > 0 && r[0] == int64(1)
-	} else {
-		v, err := setnxAcquire.Run(ctx, p.cmd, []string{lock}, scriptsToken, redislockTTL.Milliseconds()).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
+		if r, _ := v.([]any); len(r) == 0 || r[0] != int64(1) {
+			return nil, fmt.Errorf("%s: not free", key)
 		}
-		ok = v == "OK"
+		return scriptsHeld{p: p, names: nm}, nil
 	}
-	if !ok {
+	lock := "dlock:{" + key + "}"
+	v, err := setnxAcquire.Run(ctx, p.cmd, []string{lock}, scriptsToken, redislockTTL.Milliseconds()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	if v != "OK" {
 		return nil, fmt.Errorf("%s: not free", key)
 	}
-	return scriptsHeld{p, lock}, nil
+	return scriptsHeld{p: p, lock: lock}, nil
 }
 
 type scriptsHeld struct {
-	p    *scriptsProcess
-	lock string
+	p     *scriptsProcess
+	names *keys.Names // dlock's scripts
+	lock  string      // the SET NX scripts'
 }
 
 // Unlock gives the key back with one script call.
 func (h scriptsHeld) Unlock(ctx context.Context) error {
-	l := h.lock
-	if h.p.dlock {
-		// release.lua's KEYS and ARGV: the token, the inbox prefix, no
-		// reservation, nobody leaving, wake, no metadata, listeners exact
-		// (one Redis), no tombstone, the retention; not a Cluster.
-		return dlockRelease.Run(ctx, h.p.cmd, []string{l, l + ":waiters", l + ":wexp", l + ":meta", l + ":limit", l + ":dead", l + ":fence", l + ":writers"},
-			scriptsToken, "dlock:inbox:", 0, "", "1", "0", "1", "0", 86400000, "").Err()
+	if h.names != nil {
+		_, err := script.Release.Run(ctx, h.p.cmd, ceilingRelease.Command(h.names.ReleaseKeys[:]))
+		return err
 	}
-	return setnxRelease.Run(ctx, h.p.cmd, []string{l}, scriptsToken).Err()
+	return setnxRelease.Run(ctx, h.p.cmd, []string{h.lock}, scriptsToken).Err()
 }
 
 func (p *scriptsProcess) Close() error {
