@@ -826,6 +826,24 @@ func handoff(t *testing.T, k *dlock.Lock, got <-chan *dlock.Lock, who string) {
 	}
 }
 
+// acquiredWithin waits up to d for the acquisition behind got (see
+// acquireAsync), failing the test with what if none came; it releases what
+// came, and returns when it came.
+func acquiredWithin(t *testing.T, got <-chan *dlock.Lock, d time.Duration, what string) time.Time {
+	t.Helper()
+	select {
+	case k := <-got:
+		at := time.Now()
+		if k != nil {
+			_ = k.Release(ctx(t))
+		}
+		return at
+	case <-time.After(d):
+		t.Fatal(what)
+		return time.Time{}
+	}
+}
+
 // waitFor polls cond (a test-side observation of Redis, not
 // synchronisation of the code under test) until it holds or 10s pass.
 func waitFor(t *testing.T, cond func() bool, what string) {
@@ -922,15 +940,8 @@ func TestWakeAfterReconnect(t *testing.T) {
 	if err := k.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case k2 := <-got:
-		t.Logf("acquired %s after the release", time.Since(start))
-		if k2 != nil {
-			k2.Release(ctx(t))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter not woken within 5s of a release made while its subscription was down")
-	}
+	at := acquiredWithin(t, got, 5*time.Second, "waiter not woken within 5s of a release made while its subscription was down")
+	t.Logf("acquired %s after the release", at.Sub(start))
 }
 
 // TestHooksSeeEveryCommand: hooks added to the client before New see every

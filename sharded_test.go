@@ -459,14 +459,7 @@ func failoverWhileWaiting(t *testing.T, takeOver func(master, replica *dlocktest
 	if err := k.Release(ctx(t)); err != nil {
 		t.Fatalf("Release after the failover: %v", err)
 	}
-	select {
-	case k2 := <-got:
-		if k2 != nil {
-			_ = k2.Release(ctx(t))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not woken by the release on the new master")
-	}
+	acquiredWithin(t, got, 5*time.Second, "the waiter was not woken by the release on the new master")
 }
 
 // earlierSubscribed waits until the classic channel of the sharded member's
@@ -538,16 +531,9 @@ func TestShardedRollingUpgrade(t *testing.T) {
 	if err != nil || released != 1 {
 		t.Fatalf("v0.1.0's release: %v, %v", released, err)
 	}
-	select {
-	case k := <-got:
-		if el := time.Since(start); el > time.Second {
-			t.Errorf("the waiter took %s to acquire after v0.1.0's release; it should be woken by it", el)
-		}
-		if k != nil {
-			_ = k.Release(ctx(t))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not woken by v0.1.0's release within 10s (its holder's TTL was a minute)")
+	at := acquiredWithin(t, got, 10*time.Second, "the waiter was not woken by v0.1.0's release within 10s (its holder's TTL was a minute)")
+	if el := at.Sub(start); el > time.Second {
+		t.Errorf("the waiter took %s to acquire after v0.1.0's release; it should be woken by it", el)
 	}
 }
 
@@ -646,12 +632,5 @@ func TestReleaseWithoutChannel(t *testing.T) {
 	if n := admin.Exists(ctx(t), "dlock:{nochan}").Val(); n != 0 {
 		t.Error("the lock is still there after its Release")
 	}
-	select {
-	case k2 := <-got:
-		if k2 != nil {
-			_ = k2.Release(ctx(t))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not take the lock within 10s of a release it could not hear (TTL 2s)")
-	}
+	acquiredWithin(t, got, 10*time.Second, "the waiter did not take the lock within 10s of a release it could not hear (TTL 2s)")
 }
