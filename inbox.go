@@ -94,16 +94,10 @@ func (l *Locker) newInbox(i int) inbox.Inbox {
 // waiters' timers), and wakes none.
 func (l *Locker) earlierInbox(i int) *inbox.Subscriber {
 	channel := l.inbox + shardedMark
-	return inbox.New(inbox.Config{
-		Client:       l.nodes[i].Client,
-		Channel:      channel,
-		Done:         l.done,
-		Permanent:    permanent,
-		Deliver:      func(payload string) { l.deliver(i, payload) },
-		Refused:      func(err error) { l.nodeEvent(i, "", &earlierInboxError{channel: channel, err: err}) },
-		WakeAll:      l.wakeAll,
-		QuietRefusal: true,
-	})
+	cfg := l.subscriberConfig(i, channel)
+	cfg.Refused = func(err error) { l.nodeEvent(i, "", &earlierInboxError{channel: channel, err: err}) }
+	cfg.QuietRefusal = true
+	return inbox.New(cfg)
 }
 
 // inboxFellBack gives every waiter registered with a sharded member a
@@ -169,17 +163,23 @@ func (l *Locker) memberID() string {
 // newSubscriber returns the classic inbox subscription of node i (see
 // internal/inbox).
 func (l *Locker) newSubscriber(i int) *inbox.Subscriber {
-	return inbox.New(inbox.Config{
+	cfg := l.subscriberConfig(i, l.inbox)
+	// Key "": the subscription, not a lock's command (see EventNodeError).
+	cfg.Refused = func(err error) { l.nodeEvent(i, "", &subscriptionError{channel: l.inbox, err: err}) }
+	return inbox.New(cfg)
+}
+
+// subscriberConfig is what every classic subscription of node i's inbox
+// shares: its messages go to the waiters, and its confirmations wake them.
+func (l *Locker) subscriberConfig(i int, channel string) inbox.Config {
+	return inbox.Config{
 		Client:    l.nodes[i].Client,
-		Channel:   l.inbox,
+		Channel:   channel,
 		Done:      l.done,
 		Permanent: permanent,
 		Deliver:   func(payload string) { l.deliver(i, payload) },
-		// Key "": the subscription, not a lock's command (see
-		// EventNodeError).
-		Refused: func(err error) { l.nodeEvent(i, "", &subscriptionError{channel: l.inbox, err: err}) },
-		WakeAll: l.wakeAll,
-	})
+		WakeAll:   l.wakeAll,
+	}
 }
 
 // inboxRefused returns an error when so many nodes refused the inbox
