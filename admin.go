@@ -182,14 +182,14 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 	var permits, writers *redis.ZSliceCmd
 	var now *redis.TimeCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, nm.Lock)
-		pttl = p.PTTL(ctx, nm.Lock)
-		fence = p.Get(ctx, nm.Fence)
-		waiters = p.ZCard(ctx, nm.Waiters)
-		meta = p.HGetAll(ctx, nm.Meta)
-		permits = p.ZRangeWithScores(ctx, nm.Lock, 0, -1) // a semaphore
-		limit = p.Get(ctx, nm.Limit)
-		writers = p.ZRangeWithScores(ctx, nm.Writers, 0, -1)
+		get = p.Get(ctx, nm.Lock())
+		pttl = p.PTTL(ctx, nm.Lock())
+		fence = p.Get(ctx, nm.Fence())
+		waiters = p.ZCard(ctx, nm.Waiters())
+		meta = p.HGetAll(ctx, nm.Meta())
+		permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
+		limit = p.Get(ctx, nm.Limit())
+		writers = p.ZRangeWithScores(ctx, nm.Writers(), 0, -1)
 		now = p.Time(ctx)
 		return nil
 	})
@@ -279,10 +279,10 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
 			for range 3 {
-				v, err := c.Get(ctx, nm.Lock).Result()
+				v, err := c.Get(ctx, nm.Lock()).Result()
 				if redis.HasErrorPrefix(err, "WRONGTYPE") {
 					// A semaphore: release every permit.
-					ms, err := c.ZRange(ctx, nm.Lock, 0, -1).Result()
+					ms, err := c.ZRange(ctx, nm.Lock(), 0, -1).Result()
 					if err != nil {
 						return 0, err
 					}

@@ -135,7 +135,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	argv := script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}
 	var args []any // the same command for every node when not registering
 	if regs == nil {
-		args = argv.Command(nm.AcquireKeys[:])
+		args = argv.Command(nm.AcquireKeys())
 	}
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
@@ -147,7 +147,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			a := args
 			if regs != nil {
 				reg := regs[i]
-				a = argv.WaiterCommand(nm.AcquireKeys[:], script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh})
+				a = argv.WaiterCommand(nm.AcquireKeys(), script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh})
 			}
 			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
 			if err != nil {
@@ -215,7 +215,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 			// A value without expiry: not written by dlock, which always
 			// sets one. Another program uses the key: waiting will not
 			// free it.
-			r.failed(l, rs.Node, script.BadReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock))
+			r.failed(l, rs.Node, script.BadReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock()))
 			if ks != nil {
 				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos) // to remove it when leaving
 			}
@@ -362,7 +362,7 @@ func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, 
 	}
 	need := q - confirmed
 	raise := script.RaiseArgs{Value: strconv.FormatUint(fence, 10), Life: l.counterLife(ttl), Token: token}
-	args := raise.Command(nm.RaiseKeys[:])
+	args := raise.Command(nm.RaiseKeys())
 	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
 	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {

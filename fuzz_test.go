@@ -30,20 +30,20 @@ func FuzzNames(f *testing.F) {
 			return
 		}
 		n := keys.Make(l.cfg.prefix, key)
-		slot := keys.Slot(n.Lock)
-		ks := []string{n.Fence, n.Waiters, n.Leases, n.Meta}
-		for _, k := range append(append(append(n.AcquireKeys[:], n.ReleaseKeys[:]...), n.ExtendKeys[:]...), n.RaiseKeys[:]...) {
+		slot := keys.Slot(n.Lock())
+		var ks []string
+		for _, k := range append(append(append(n.AcquireKeys(), n.ReleaseKeys()...), n.ExtendKeys()...), n.RaiseKeys()...) {
 			ks = append(ks, k.(string))
 		}
 		for _, k := range ks {
 			if keys.Slot(k) != slot {
-				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, keys.Slot(k), n.Lock, slot)
+				t.Fatalf("key %q prefix %q: %q is in slot %d, the lock %q in %d", key, prefix, k, keys.Slot(k), n.Lock(), slot)
 			}
 		}
 		o := keys.Make(l.cfg.prefix, other)
 		if key != other {
-			for _, a := range []string{n.Lock, n.Fence, n.Waiters, n.Leases, n.Meta} {
-				for _, b := range []string{o.Lock, o.Fence, o.Waiters, o.Leases, o.Meta} {
+			for _, a := range n.Keys {
+				for _, b := range o.Keys {
 					if a == b {
 						t.Fatalf("keys %q and %q share the Redis key %q", key, other, a)
 					}

@@ -50,13 +50,13 @@ func TestIdleWaiterAttemptCost(t *testing.T) {
 		t.Helper()
 		a := script.AcquireArgs{Token: token, TTL: "30000", Retention: "60000", Metadata: "", Limit: "1"}
 		w := script.Waiter{Member: "L:1:cost", Lease: "180000", Position: pos, Queued: "1", Refresh: "0"}
-		v, err := script.Acquire.Run(ctx, c, a.WaiterCommand(nm.AcquireKeys[:], w))
+		v, err := script.Acquire.Run(ctx, c, a.WaiterCommand(nm.AcquireKeys(), w))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v.([]any)
 	}
-	if err := c.Set(ctx, nm.Lock, "holder", time.Minute).Err(); err != nil {
+	if err := c.Set(ctx, nm.Lock(), "holder", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	first := run("t1", "0")
@@ -74,25 +74,25 @@ func TestIdleWaiterAttemptCost(t *testing.T) {
 
 	// A buried token: refused where the attempt would write.
 	bury := func(token string) {
-		if err := c.ZAdd(ctx, nm.Dead, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: token}).Err(); err != nil {
+		if err := c.ZAdd(ctx, nm.Dead(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: token}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bury("t3")
-	c.ZRem(ctx, nm.Waiters, "L:1:cost")
-	c.HDel(ctx, nm.Leases, "L:1:cost")
+	c.ZRem(ctx, nm.Waiters(), "L:1:cost")
+	c.HDel(ctx, nm.Leases(), "L:1:cost")
 	if r := run("t3", pos); r[1] != int64(-4) {
 		t.Errorf("a buried token whose registration vanished: %v, want refused (-4)", r)
 	}
-	if c.ZScore(ctx, nm.Waiters, "L:1:cost").Err() != redis.Nil {
+	if c.ZScore(ctx, nm.Waiters(), "L:1:cost").Err() != redis.Nil {
 		t.Error("a buried token registered the waiter again")
 	}
-	c.Del(ctx, nm.Lock)
+	c.Del(ctx, nm.Lock())
 	bury("t4")
 	if r := run("t4", pos); r[1] != int64(-4) {
 		t.Errorf("a buried token on a free lock: %v, want refused (-4)", r)
 	}
-	if n := c.Exists(ctx, nm.Lock).Val(); n != 0 {
+	if n := c.Exists(ctx, nm.Lock()).Val(); n != 0 {
 		t.Error("a buried token took the lock")
 	}
 }

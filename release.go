@@ -223,10 +223,10 @@ func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient,
 		// PUBLISH does not count its receivers there.
 		listeners = "0"
 		// A waiter's sharded inbox listens in the key's slot.
-		tag = keys.SlotTag(keys.Slot(nm.Lock))
+		tag = keys.SlotTag(keys.Slot(nm.Lock()))
 	}
 	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: l.inboxesArg, Reserve: l.reserveArg, Leaving: leaving,
 		Wake: w, Metadata: m, Listeners: listeners, Bury: tomb, Retention: l.retentionArg, SlotTag: tag}
-	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys[:]))
+	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys()))
 	return script.IntReply("release", v, err)
 }

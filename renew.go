@@ -206,7 +206,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 
 // addTo adds the lock to an extend.lua call (see script.ExtendCall).
 func (k *Lock) addTo(c *script.ExtendCall) {
-	c.Add(k.names.ExtendKeys[:], k.tokenArg, k.metadata, limitArg(k.limit, k.shared), strconv.FormatUint(k.fence, 10))
+	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), strconv.FormatUint(k.fence, 10))
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum

@@ -286,7 +286,7 @@ func (l *Locker) batchSlot(k *Lock) (int, bool) {
 		switch n.Client.(type) {
 		case *redis.Client:
 		case *redis.ClusterClient:
-			slot = keys.Slot(k.names.Lock)
+			slot = keys.Slot(k.names.Lock())
 		default:
 			return 0, false
 		}

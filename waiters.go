@@ -75,7 +75,7 @@ func (l *Locker) keyState(key string, shared bool) *keyState {
 			nodes: make([]nodeWait, n),
 		}
 		if l.sharded != nil {
-			ks.hashSlot = keys.Slot(ks.names.Lock)
+			ks.hashSlot = keys.Slot(ks.names.Lock())
 		}
 		for i := range ks.nodes {
 			ks.nodes[i].pos = "0"

@@ -105,7 +105,7 @@ const scriptsToken = "ceiling-token"
 func (p *scriptsProcess) Lock(ctx context.Context, key string) (Held, error) {
 	if p.dlock {
 		nm := keys.Make("dlock:", key)
-		v, err := script.Acquire.Run(ctx, p.cmd, ceilingAcquire.Command(nm.AcquireKeys[:]))
+		v, err := script.Acquire.Run(ctx, p.cmd, ceilingAcquire.Command(nm.AcquireKeys()))
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +134,7 @@ type scriptsHeld struct {
 // Unlock gives the key back with one script call.
 func (h scriptsHeld) Unlock(ctx context.Context) error {
 	if h.names != nil {
-		_, err := script.Release.Run(ctx, h.p.cmd, ceilingRelease.Command(h.names.ReleaseKeys[:]))
+		_, err := script.Release.Run(ctx, h.p.cmd, ceilingRelease.Command(h.names.ReleaseKeys()))
 		return err
 	}
 	return setnxRelease.Run(ctx, h.p.cmd, []string{h.lock}, scriptsToken).Err()

@@ -13,15 +13,65 @@ import (
 // Names are the Redis keys of one lock. A Names is never modified once
 // made: locks, waiters and the cache share it.
 type Names struct {
-	Key                                                      string // the lock's name, as passed to Acquire
-	Lock, Fence, Waiters, Leases, Meta, Limit, Dead, Writers string
-	// The KEYS of acquire.lua, release.lua, extend.lua and raise.lua, in
-	// each script's order, boxed once (see the root package's script).
-	AcquireKeys [8]any
-	ReleaseKeys [8]any
-	ExtendKeys  [5]any
-	RaiseKeys   [2]any
+	Key string // the lock's name, as passed to Acquire
+	// Keys are the names of the lock's Redis keys, boxed once (see the
+	// root package's script), in the one order in which every script
+	// takes them as its KEYS: acquire.lua and release.lua all eight,
+	// extend.lua the first five, raise.lua the first four. One array, so
+	// that a lock's names cost a few small allocations, not a copy per
+	// script.
+	Keys [8]any
 }
+
+// The index of each key in Names.Keys (and KEYS[i+1] in the scripts).
+const (
+	LockKey    = iota // prefix{K}: the lock (token, or a sorted set of holders)
+	MetaKey           // prefix{K}:meta
+	LimitKey          // prefix{K}:limit
+	FenceKey          // prefix{K}:fence
+	DeadKey           // prefix{K}:dead
+	WaitersKey        // prefix{K}:waiters
+	LeasesKey         // prefix{K}:wexp
+	WritersKey        // prefix{K}:writers
+)
+
+func (n *Names) name(i int) string { return n.Keys[i].(string) }
+
+// Lock is the lock's key, prefix{K}.
+func (n *Names) Lock() string { return n.name(LockKey) }
+
+// Fence is the fence counter's key.
+func (n *Names) Fence() string { return n.name(FenceKey) }
+
+// Waiters is the waiting set's key.
+func (n *Names) Waiters() string { return n.name(WaitersKey) }
+
+// Leases is the key of the waiters' leases.
+func (n *Names) Leases() string { return n.name(LeasesKey) }
+
+// Meta is the metadata's key.
+func (n *Names) Meta() string { return n.name(MetaKey) }
+
+// Limit is the key of a semaphore's limit.
+func (n *Names) Limit() string { return n.name(LimitKey) }
+
+// Dead is the tombstones' key.
+func (n *Names) Dead() string { return n.name(DeadKey) }
+
+// Writers is the key of the exclusive waiters' intents.
+func (n *Names) Writers() string { return n.name(WritersKey) }
+
+// AcquireKeys are acquire.lua's KEYS.
+func (n *Names) AcquireKeys() []any { return n.Keys[:] }
+
+// ReleaseKeys are release.lua's KEYS.
+func (n *Names) ReleaseKeys() []any { return n.Keys[:] }
+
+// ExtendKeys are extend.lua's KEYS (of one lock).
+func (n *Names) ExtendKeys() []any { return n.Keys[: DeadKey+1 : DeadKey+1] }
+
+// RaiseKeys are raise.lua's KEYS.
+func (n *Names) RaiseKeys() []any { return n.Keys[: FenceKey+1 : FenceKey+1] }
 
 // TagEscape starts the hash tag of a key that begins with '}' or with
 // TagEscape itself. Redis hashes the text between the first '{' and the
@@ -50,22 +100,15 @@ func Make(prefix, key string) *Names {
 	li := m + lock + len(":meta")   // where the limit's name starts
 	d := li + lock + len(":limit")  // where the tombstones' name starts
 	wr := d + lock + len(":dead")   // where the writers' name starts
-	n := &Names{
-		Key:     key,
-		Lock:    all[:lock],
-		Fence:   all[:w],
-		Waiters: all[w:e],
-		Leases:  all[e:m],
-		Meta:    all[m:li],
-		Limit:   all[li:d],
-		Dead:    all[d:wr],
-		Writers: all[wr:],
-	}
-	lk, fk, wk, ek, mk, lik, dk, wrk := any(n.Lock), any(n.Fence), any(n.Waiters), any(n.Leases), any(n.Meta), any(n.Limit), any(n.Dead), any(n.Writers)
-	n.AcquireKeys = [8]any{lk, fk, wk, ek, mk, lik, dk, wrk}
-	n.ReleaseKeys = [8]any{lk, wk, ek, mk, lik, dk, fk, wrk}
-	n.ExtendKeys = [5]any{lk, mk, lik, fk, dk}
-	n.RaiseKeys = [2]any{fk, mk}
+	n := &Names{Key: key}
+	n.Keys[LockKey] = all[:lock]
+	n.Keys[FenceKey] = all[:w]
+	n.Keys[WaitersKey] = all[w:e]
+	n.Keys[LeasesKey] = all[e:m]
+	n.Keys[MetaKey] = all[m:li]
+	n.Keys[LimitKey] = all[li:d]
+	n.Keys[DeadKey] = all[d:wr]
+	n.Keys[WritersKey] = all[wr:]
 	return n
 }
 

@@ -9,16 +9,23 @@ import "testing"
 func TestMake(t *testing.T) {
 	for key, lock := range map[string]string{"job": "dlock:{job}", "}x": "dlock:{\x00}x}", "\x00": "dlock:{\x00\x00}"} {
 		n := Make("dlock:", key)
-		if n.Lock != lock || n.Fence != lock+":fence" || n.Dead != lock+":dead" || n.Key != key {
+		want := []string{lock, lock + ":meta", lock + ":limit", lock + ":fence", lock + ":dead", lock + ":waiters", lock + ":wexp", lock + ":writers"}
+		for i, w := range want {
+			if n.Keys[i] != any(w) {
+				t.Errorf("Make(%q).Keys[%d] = %q, want %q", key, i, n.Keys[i], w)
+			}
+		}
+		if n.Lock() != lock || n.Fence() != lock+":fence" || n.Dead() != lock+":dead" || n.Waiters() != lock+":waiters" ||
+			n.Leases() != lock+":wexp" || n.Meta() != lock+":meta" || n.Limit() != lock+":limit" || n.Writers() != lock+":writers" || n.Key != key {
 			t.Errorf("Make(%q) = %+v, want the lock %q", key, n, lock)
 		}
-		if n.AcquireKeys[0] != any(n.Lock) || n.ReleaseKeys[6] != any(n.Fence) {
-			t.Errorf("Make(%q): KEYS out of order", key)
+		if len(n.ExtendKeys()) != 5 || len(n.RaiseKeys()) != 4 || len(n.AcquireKeys()) != 8 || len(n.ReleaseKeys()) != 8 {
+			t.Errorf("Make(%q): the scripts' KEYS have the wrong lengths", key)
 		}
 	}
 	c := NewCache("app:")
-	if a, b := c.Get("k"), c.Get("k"); a != b || a.Lock != "app:{k}" {
-		t.Errorf("Cache.Get: %p %p %q", a, b, a.Lock)
+	if a, b := c.Get("k"), c.Get("k"); a != b || a.Lock() != "app:{k}" {
+		t.Errorf("Cache.Get: %p %p %q", a, b, a.Lock())
 	}
 }
 

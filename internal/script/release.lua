@@ -1,13 +1,14 @@
 -- release.lua: delete the lock if it holds the expected value, and wake one waiter.
 -- Of a semaphore (KEYS[1] a sorted set, see acquire.lua), remove the permit.
 --
+-- KEYS, in the order that every script shares (see internal/keys):
 -- KEYS[1] lock key       prefix{K}
--- KEYS[2] waiting set    prefix{K}:waiters
--- KEYS[3] waiter leases  prefix{K}:wexp
--- KEYS[4] metadata       prefix{K}:meta (the released owner's entries are removed)
--- KEYS[5] limit          prefix{K}:limit (a semaphore's)
--- KEYS[6] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
--- KEYS[7] fence counter  prefix{K}:fence
+-- KEYS[2] metadata       prefix{K}:meta (the released owner's entries are removed)
+-- KEYS[3] limit          prefix{K}:limit (a semaphore's)
+-- KEYS[4] fence counter  prefix{K}:fence
+-- KEYS[5] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
+-- KEYS[6] waiting set    prefix{K}:waiters
+-- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers (exclusive waiters' intents, see acquire.lua)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
 -- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
@@ -109,7 +110,7 @@ local function tell(w, msg)
   return type(heard) == 'number' and (heard > 0 or ARGV[7] ~= '1')
 end
 local function live(w)
-  return tonumber(redis.call('HGET', KEYS[3], w) or '0') >= clock()
+  return tonumber(redis.call('HGET', KEYS[7], w) or '0') >= clock()
 end
 
 local function reader(w)
@@ -120,7 +121,7 @@ end
 -- registration was live and heard of it.
 local function pop(w)
   local ok = live(w)
-  redis.call('HDEL', KEYS[3], w)
+  redis.call('HDEL', KEYS[7], w)
   local heard = ok and tell(w, 'w')
   if not heard then
     redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
@@ -131,11 +132,11 @@ end
 -- next writer and at most n, and appends those that heard of it to woken.
 local function wakeReaders(n, woken)
   for _ = 1, n do
-    local w = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    local w = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
     if not w or not reader(w) then
       break
     end
-    redis.call('ZREM', KEYS[2], w)
+    redis.call('ZREM', KEYS[6], w)
     if pop(w) then
       woken[#woken + 1] = w
     end
@@ -144,20 +145,20 @@ end
 if ARGV[8] ~= '0' then
   -- The tombstone first, whatever the lock holds: the command it refuses
   -- may come later still. Expired ones are dropped on the way.
-  local ty = redis.call('TYPE', KEYS[6])['ok']
+  local ty = redis.call('TYPE', KEYS[5])['ok']
   if ty ~= 'zset' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[6] .. ' holds another type')
+    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[5] .. ' holds another type')
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', clock())
-  redis.call('ZADD', KEYS[6], clock() + tonumber(ARGV[8]), ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[6], last)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', clock())
+  redis.call('ZADD', KEYS[5], clock() + tonumber(ARGV[8]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[5], last)
 end
 -- intentGone: the leaving waiter was a writer whose intent kept readers out.
 local intentGone = false
 if ARGV[4] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('HDEL', KEYS[3], ARGV[4])
+  redis.call('ZREM', KEYS[6], ARGV[4])
+  redis.call('HDEL', KEYS[7], ARGV[4])
   intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
 end
 local v = redis.pcall('GET', KEYS[1])
@@ -182,7 +183,7 @@ if sem then
     return nothing()
   end
   redis.call('ZREM', KEYS[1], ARGV[1])
-  shared = redis.call('GET', KEYS[5]) == '0'
+  shared = redis.call('GET', KEYS[3]) == '0'
   if tonumber(s) <= clock() then
     return nothing() -- it had expired
   end
@@ -190,9 +191,9 @@ elseif v ~= ARGV[1] then
   return nothing()
 end
 if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[4], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
+  redis.pcall('HDEL', KEYS[2], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
 elseif ARGV[6] ~= '0' then
-  redis.call('DEL', KEYS[4]) -- a lock's holder is its only entry
+  redis.call('DEL', KEYS[2]) -- a lock's holder is its only entry
 end
 
 -- The woken waiter: the first live registration that hears of it. At most
@@ -204,7 +205,7 @@ end
 local woken = {}
 if wake then
   for _ = 1, 16 do
-    local popped = redis.call('ZPOPMIN', KEYS[2])
+    local popped = redis.call('ZPOPMIN', KEYS[6])
     if #popped == 0 then
       break
     end
@@ -225,7 +226,7 @@ local reserve = nxt and tonumber(ARGV[3]) > 0
 local last = false -- a semaphore's last permit's expiry
 if shared and nxt and not group then
   -- A writer after the last shared hold: the key becomes its reservation.
-  redis.call('DEL', KEYS[1], KEYS[5])
+  redis.call('DEL', KEYS[1], KEYS[3])
   if reserve then
     redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
   end
@@ -238,22 +239,22 @@ elseif sem or (group and reserve) then
       redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. w)
     end
     if group then
-      redis.call('SET', KEYS[5], '0')
+      redis.call('SET', KEYS[3], '0')
     end
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[4], m, 'f:' .. m) -- a hash of another type: left alone
+      redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- a hash of another type: left alone
     end
   end
   last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   if last then
     redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('PEXPIREAT', KEYS[5], last)
+    redis.call('PEXPIREAT', KEYS[3], last)
   else
-    redis.call('DEL', KEYS[1], KEYS[5])
+    redis.call('DEL', KEYS[1], KEYS[3])
   end
 elseif reserve then
   redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
@@ -265,23 +266,23 @@ local life = tonumber(ARGV[9])
 if last then
   life = math.max(life, tonumber(last) - clock())
 end
-if redis.call('PTTL', KEYS[7]) > life then
-  redis.call('PEXPIRE', KEYS[7], life)
+if redis.call('PTTL', KEYS[4]) > life then
+  redis.call('PEXPIRE', KEYS[4], life)
 end
 if nxt then
   -- The stand-in: the next registration that hears of it; those nobody
   -- hears are dropped on the way. (Its lease is not read: one that ran out
   -- is dropped by the release that pops it.)
   for _ = 1, 16 do
-    local after = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    local after = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
     if not after then
       break
     end
     if tell(after, 's') then
       break
     end
-    redis.call('ZREM', KEYS[2], after)
-    redis.call('HDEL', KEYS[3], after)
+    redis.call('ZREM', KEYS[6], after)
+    redis.call('HDEL', KEYS[7], after)
     redis.pcall('ZREM', KEYS[8], after)
   end
 end

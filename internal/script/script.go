@@ -32,7 +32,7 @@ var (
 	Acquire = newScript(acquireSrc, 8)
 	Release = newScript(releaseSrc, 8)
 	Extend  = newScript(extendSrc, 5)
-	Raise   = newScript(raiseSrc, 2)
+	Raise   = newScript(raiseSrc, 4)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are

@@ -1,0 +1,48 @@
+package script
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// TestScriptKeysOrder: each script's header names its KEYS in the order of
+// keys.Names.Keys, which the callers pass (AcquireKeys and the others), and
+// the script is made with as many keys as its header names.
+func TestScriptKeysOrder(t *testing.T) {
+	n := keys.Make("p", "K")
+	line := regexp.MustCompile(`(?m)^-- KEYS\[(\d+)\] +[a-z ]+ +(prefix\{K\}\S*)`)
+	for _, s := range []struct {
+		name string
+		sc   *Script
+		keys []any
+	}{
+		{"acquire.lua", Acquire, n.AcquireKeys()},
+		{"release.lua", Release, n.ReleaseKeys()},
+		{"raise.lua", Raise, n.RaiseKeys()},
+	} {
+		ms := line.FindAllStringSubmatch(s.sc.Source(), -1)
+		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {
+			t.Errorf("%s: %d KEYS in its header, %s in its command, %d passed", s.name, len(ms), s.sc.numKeys, len(s.keys))
+			continue
+		}
+		for i, m := range ms {
+			want := "p" + m[2][len("prefix"):]
+			if m[1] != strconv.Itoa(i+1) || s.keys[i] != any(want) {
+				t.Errorf("%s: KEYS[%s] is %s in its header; the callers pass %v as KEYS[%d]", s.name, m[1], want, s.keys[i], i+1)
+			}
+		}
+	}
+	// extend.lua: groups of five, KEYS[5g+1..5g+5].
+	ext := regexp.MustCompile(`(?m)^-- KEYS\[5g\+(\d)\] +[a-z ]+ +(prefix\{K\}\S*)`).FindAllStringSubmatch(Extend.Source(), -1)
+	if len(ext) != len(n.ExtendKeys()) {
+		t.Fatalf("extend.lua: %d KEYS per group in its header, %d passed", len(ext), len(n.ExtendKeys()))
+	}
+	for i, m := range ext {
+		if want := "p" + m[2][len("prefix"):]; m[1] != strconv.Itoa(i+1) || n.ExtendKeys()[i] != any(want) {
+			t.Errorf("extend.lua: KEYS[5g+%s] is %s in its header; the callers pass %v", m[1], want, n.ExtendKeys()[i])
+		}
+	}
+}
