@@ -305,7 +305,7 @@ func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, 
 	var leaseBuf [8]nodeLease
 	leases := perNode(leaseBuf[:], len(l.nodes))
 	grantedLeases(leases, effects, validUntil)
-	k := l.newLock(res.key, nm, token, tokenArg, fence, cfg, leases)
+	k := l.newLock(res.key, nm, tokenArg, fence, cfg, leases)
 	if !k.start(start) {
 		// Closed meanwhile: give it back.
 		k.release(context.Background())

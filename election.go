@@ -83,7 +83,7 @@ func (k *Lock) announceTerm(value string) bool {
 		e.vacated = true
 		return false
 	}
-	k.l.announce(k.key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.token+" "+value)
+	k.l.announce(k.key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.Token()+" "+value)
 	return true
 }
 

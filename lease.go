@@ -175,7 +175,7 @@ func (k *Lock) cleanNode(i int, bury bool) {
 	if !k.released {
 		at = k.validUntil.Add(2 * drift(k.ttl))
 	}
-	k.l.clean(i, k.names, k.token, k.ttl, bury, at, true)
+	k.l.clean(i, k.names, k.Token(), k.ttl, bury, at, true)
 }
 
 // cleanLeftovers has node i cleaned up after the lock's death: where a

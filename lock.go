@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,43 +16,38 @@ import (
 // reject a stale owner's writes.
 type Lock struct {
 	// Set by newLock and never changed: read without a lock.
-	l         *Locker
-	key       string
-	names     *keys.Names
-	token     string
-	tokenArg  any // token, boxed once (see script)
-	fence     uint64
-	autoRenew bool
-	metadata  string
+	l        *Locker
+	key      string
+	names    *keys.Names
+	tokenArg any // the owner token, a string boxed once (see script)
+	fence    uint64
+	fenceArg any // fence, a decimal string boxed once (extend.lua's)
+	metadata string
 	// election is the leadership's state when Campaign acquired the lock,
 	// nil otherwise (see leadership; election.go owns it).
 	election *leadership
-	limit    int  // WithLimit's n; 0 for a lock
-	shared   bool // WithShared's
+	limit    int // WithLimit's n; 0 for a lock
 	// quorum is the number of nodes that must hold the key (see
 	// Locker.quorumFor).
-	quorum int
-
-	// ops serialises the rounds that set the TTL (renewal and Extend), so
-	// that the validity always reflects the round that ran last. A channel,
-	// not a mutex, so that Extend can stop waiting when its ctx ends.
-	ops chan struct{}
+	quorum    int
+	autoRenew bool
+	shared    bool // WithShared's
 
 	// Everything below is guarded by mu. The type is one, split across
 	// files for size: the validity and per-node knowledge are written by
 	// the rounds (renew.go, renewals.go, lease.go, release.go), the end of the lock by
 	// markLost and Release (lost.go, release.go), the hook's bookkeeping
-	// by the methods in lost.go that hook.go calls, the timer by renew.go.
+	// by the methods in lost.go that hook.go calls, the timer by renew.go and timers.go.
 	mu         sync.Mutex
 	ttl        time.Duration
 	nodes      []nodeLease  // per node
 	oneNode    [1]nodeLease // nodes on one Redis
 	validUntil time.Time
 	// events is the hook's bookkeeping (hook.go's).
-	events   lockEvents
-	lostCh   chan struct{}
-	lost     bool // ownership ended while held (or Close took the lock back)
-	released bool
+	events lockEvents
+	lostCh chan struct{}
+	// lost: ownership ended while held (or Close took the lock back).
+	lost, released bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound
@@ -62,25 +58,33 @@ type Lock struct {
 	// when they are in.
 	releaseSent bool
 	answered    chan struct{}
-	// timer fires at the earlier of renewAt (zero: no renewal due) and the
-	// time the lost-lock signal is due (see untilLost); tick handles both.
-	timer   *time.Timer
-	renewAt time.Time
+	// The Locker's timers (lockTimers) tick the lock at the earlier of
+	// renewAt (zero: no renewal due) and the time the lost-lock signal is
+	// due (see untilLost); tick handles both. timerIdx is the lock's place
+	// there (guarded by lockTimers.mu, not mu).
+	renewAt  time.Time
+	timerIdx int
 	// batchAt is the grid instant (Unix ms) at which the lock's renewal
 	// is due with others (see renewals); 0: none.
 	batchAt int64
 	// place is where the lock is in its Locker's renewals (guarded by
 	// renewals.mu, not mu).
-	place     wheelPlace
+	place wheelPlace
+	// opsBusy is the slot that serialises the rounds that set the TTL
+	// (renewal and Extend), so that the validity always reflects the
+	// round that ran last (see takeOps); opsFree, made by a caller that
+	// waits for it, is closed when it is given back.
+	opsBusy   bool
+	opsFree   chan struct{}
 	onLostFns []func(cause error)
 }
 
-// newLock returns a lock with a copy of nodes.
-func (l *Locker) newLock(key string, nm *keys.Names, token string, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
+// newLock returns a lock with a copy of nodes; tokenArg is its token, a
+// boxed string.
+func (l *Locker) newLock(key string, nm *keys.Names, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
-		l: l, key: key, names: nm, token: token, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
+		l: l, key: key, names: nm, tokenArg: tokenArg, fence: fence, fenceArg: strconv.FormatUint(fence, 10), autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		limit: cfg.limit, shared: cfg.shared, quorum: l.quorumFor(cfg.limit),
-		ops:    make(chan struct{}, 1),
 		ttl:    cfg.ttl,
 		lostCh: make(chan struct{}),
 	}
@@ -97,7 +101,7 @@ func (l *Locker) newLock(key string, nm *keys.Names, token string, tokenArg any,
 	return k
 }
 
-// start registers the lock with its Locker and starts its timers. It reports
+// start registers the lock with its Locker and arms its timer. It reports
 // false, and leaves the lock untouched, if the Locker was closed meanwhile.
 func (k *Lock) start(start time.Time) bool {
 	l := k.l
@@ -126,7 +130,7 @@ func (k *Lock) Metadata() string { return k.metadata }
 
 // Token returns the owner token: 128 random bits, hex-encoded, stored as the
 // lock's value in Redis.
-func (k *Lock) Token() string { return k.token }
+func (k *Lock) Token() string { return k.tokenArg.(string) }
 
 // Fence returns the fencing token of this acquisition: a number that is
 // larger than the fence of every earlier acquisition of the same key. It is

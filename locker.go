@@ -60,8 +60,11 @@ type Locker struct {
 	// stops).
 	renewCtx    context.Context
 	renewCancel context.CancelFunc
-	// renewals is the schedule of the renewals due together.
+	// renewals is the schedule of the renewals due together; timers the
+	// one timer of the locks' own instants (lost-lock signals, renewals
+	// alone).
 	renewals renewals
+	timers   lockTimers
 	// bg is cancelled when Close ends: background clean-up stops.
 	bg       context.Context
 	bgCancel context.CancelFunc
@@ -256,6 +259,7 @@ func (l *Locker) Close() error {
 			k.resigned()
 		}
 	})
+	l.timers.stop()
 	// The waiting calls return ErrClosed at once, and one in an attempt
 	// when the attempt ends (within its node timeout); on the way out they
 	// leave the waiting queue (see putKeyState). The clean-up then runs

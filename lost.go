@@ -42,10 +42,10 @@ func (k *Lock) markLost(cause error) {
 	}
 }
 
+// stopTimers takes the lock out of its Locker's timers and renewals; k.mu is
+// held.
 func (k *Lock) stopTimers() {
-	if k.timer != nil {
-		k.timer.Stop()
-	}
+	k.l.timers.remove(k)
 	k.renewAt = time.Time{}
 	k.leaveSchedule()
 }

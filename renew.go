@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/quorum"
@@ -36,12 +35,10 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	select {
-	case k.ops <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("dlock: extend %q: %w", k.key, ctx.Err())
+	if err := k.takeOps(ctx); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
 	}
-	defer func() { <-k.ops }()
+	defer k.giveOps()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
 	}
@@ -49,6 +46,50 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))
+}
+
+// takeOps takes the lock's slot of the rounds that set its TTL, waiting
+// while another round holds it; it returns ctx's error, without the slot,
+// if ctx ends first. The holder gives it back with giveOps.
+func (k *Lock) takeOps(ctx context.Context) error {
+	k.mu.Lock()
+	for k.opsBusy {
+		if k.opsFree == nil {
+			k.opsFree = make(chan struct{})
+		}
+		free := k.opsFree
+		k.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		k.mu.Lock()
+	}
+	k.opsBusy = true
+	k.mu.Unlock()
+	return nil
+}
+
+// tryOps takes the slot if it is free, and reports whether it did; k.mu
+// is held.
+func (k *Lock) tryOps() bool {
+	if k.opsBusy {
+		return false
+	}
+	k.opsBusy = true
+	return true
+}
+
+// giveOps gives the slot back, and wakes the rounds that wait for it.
+func (k *Lock) giveOps() {
+	k.mu.Lock()
+	k.opsBusy = false
+	if k.opsFree != nil {
+		close(k.opsFree)
+		k.opsFree = nil
+	}
+	k.mu.Unlock()
 }
 
 func (k *Lock) held() bool {
@@ -70,7 +111,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	shortens := ttl < k.ttl
 	k.mu.Unlock()
 	results, missing, recorded := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
-	free, err := k.settleRound(ttl, start, shortens, results, missing, recorded)
+	free, err := k.settleRound(ttl, start, shortens, results, missing, func() { close(recorded) })
 	if len(free) > 0 {
 		k.regain(ctx, ttl, min(timeout, k.l.nodeTimeout(ttl)), free)
 	}
@@ -78,18 +119,19 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 }
 
 // settleRound records the answers of an extend round begun at start (a
-// lock's own, or a batch's: see renewBatch), closes recorded, and reports
-// the round's error (err); the lock is marked lost, or its next renewal
+// lock's own, or a batch's: see renewBatch), calls recorded once they are
+// (under k.mu: the late answers wait for it), and reports the round's
+// error (err); the lock is marked lost, or its next renewal
 // scheduled. free lists the nodes to take back (regain) when a quorum
 // confirmed and others found the key free.
-func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded chan struct{}) (free []int, err error) {
+func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded func()) (free []int, err error) {
 	l := k.l
 	n := len(l.nodes)
 	bound := start.Add(ttl - drift(ttl))
 	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	k.mu.Lock()
 	k.recordRound(results, nil, start, bound, shortens)
-	close(recorded)
+	recorded()
 	if k.lost || k.released {
 		k.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrNotHeld, k.key)
@@ -206,7 +248,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 
 // addTo adds the lock to an extend.lua call (see script.ExtendCall).
 func (k *Lock) addTo(c *script.ExtendCall) {
-	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), strconv.FormatUint(k.fence, 10))
+	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fenceArg)
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum
@@ -235,18 +277,15 @@ func (k *Lock) scheduleRenew(d time.Duration) {
 	k.arm()
 }
 
-// arm sets the lock's timer to the earlier of the renewal and the lost-lock
-// signal; k.mu is held. One timer serves both: a lock costs one.
+// arm sets the lock's timer (in the Locker's lockTimers) to the earlier of
+// the renewal and the lost-lock signal; k.mu is held. One timer serves
+// both.
 func (k *Lock) arm() {
-	d := k.untilLost()
-	if !k.renewAt.IsZero() {
-		d = min(d, time.Until(k.renewAt))
+	at := k.validUntil.Add(-lostMargin(k.ttl))
+	if !k.renewAt.IsZero() && k.renewAt.Before(at) {
+		at = k.renewAt
 	}
-	if k.timer == nil {
-		k.timer = time.AfterFunc(d, k.tick)
-	} else {
-		k.timer.Reset(d)
-	}
+	k.l.timers.set(k, at)
 }
 
 // tick runs when the lock's timer fires: it reports the loss if the
@@ -282,12 +321,10 @@ func (k *Lock) renew() {
 		return
 	}
 	defer l.wg.Done()
-	select {
-	case k.ops <- struct{}{}:
-	case <-l.renewCtx.Done():
+	if k.takeOps(l.renewCtx) != nil {
 		return
 	}
-	defer func() { <-k.ops }()
+	defer k.giveOps()
 	k.mu.Lock()
 	if k.lost || k.released || !k.renewable() {
 		// A lock whose validity is capped (an unconfirmed Extend to a
@@ -308,8 +345,8 @@ func (k *Lock) renew() {
 	_ = k.extendRound(ctx, ttl, time.Until(validUntil))
 }
 
-// untilLost is how long until the lost-lock signal is due: the end of the
-// validity, less a margin for the scheduling delay of the timer and of the
+// untilLost is how long until the lost-lock signal is due (arm's instant
+// without a renewal): the end of the validity, less a margin for the scheduling delay of the timer and of the
 // goroutine that receives from Lost, which the drift does not cover; k.mu is
 // held. A healthy lock never comes near it: it is renewed every TTL/3.
 func (k *Lock) untilLost() time.Duration {

@@ -216,7 +216,6 @@ type renewItem struct {
 	k          *Lock
 	ttl        time.Duration
 	validUntil time.Time
-	recorded   chan struct{} // closed once the round's answers are recorded
 }
 
 // batchKey groups the locks of one batch: of one slot (see batchSlot) and
@@ -245,15 +244,13 @@ func (l *Locker) renewDue(due []dueLock) {
 			k.mu.Unlock() // it ends at its cap (see renew)
 			continue
 		}
-		select {
-		case k.ops <- struct{}{}:
-		default:
+		if !k.tryOps() {
 			// An Extend is under way: renew after it, as renew does.
 			k.scheduleRenew(0)
 			k.mu.Unlock()
 			continue
 		}
-		it := renewItem{k: k, ttl: k.ttl, validUntil: k.validUntil, recorded: make(chan struct{})}
+		it := renewItem{k: k, ttl: k.ttl, validUntil: k.validUntil}
 		k.mu.Unlock()
 		slot, ok := l.batchSlot(k)
 		if !ok {
@@ -299,7 +296,7 @@ func (l *Locker) batchSlot(k *Lock) (int, bool) {
 func (l *Locker) startBatch(items []renewItem) {
 	if !l.join(&l.wg) {
 		for _, it := range items {
-			<-it.k.ops
+			it.k.giveOps()
 		}
 		return
 	}
@@ -345,7 +342,17 @@ func (l *Locker) renewBatch(items []renewItem) {
 	start := time.Now()
 	cmd := call.Command()
 	n := len(l.nodes)
-	buf := make([]quorum.Result[int64], 0, n) // done's, on the caller's goroutine
+	buf := make([]quorum.Result[int64], 0, n) // one lock's results, on this goroutine
+	// recorded is closed once every lock has recorded the round's answers
+	// (settleRound calls record under each lock's mu in turn, on this
+	// goroutine): the late answers wait for it.
+	recorded := make(chan struct{})
+	left := len(items)
+	record := func() {
+		if left--; left == 0 {
+			close(recorded)
+		}
+	}
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
@@ -361,21 +368,21 @@ func (l *Locker) renewBatch(items []renewItem) {
 			return true
 		},
 		quorum.LateFunc[extendReply](func(r quorum.Result[extendReply]) {
+			<-recorded
 			for j, it := range items {
-				<-it.recorded
 				it.k.lateAnswer(r.Node, l.effectOf(r.Node, r.Val.errs[j], r.Val.vals[j] == 1))
 			}
 		}))
 	var regains []func()
 	for j, it := range items {
-		free, _ := it.k.settleRound(it.ttl, start, false, lockResults(nil, results, j), missing, it.recorded)
+		free, _ := it.k.settleRound(it.ttl, start, false, lockResults(buf, results, j), missing, record)
 		if len(free) > 0 {
 			regains = append(regains, func() { it.k.regain(ctx, it.ttl, min(timeout, l.nodeTimeout(it.ttl)), free) })
 		}
 	}
 	atOnce(len(regains), func(i int) { regains[i]() })
 	for _, it := range items {
-		<-it.k.ops
+		it.k.giveOps()
 	}
 }
 

@@ -413,3 +413,101 @@ func TestRenewalsBatchCluster(t *testing.T) {
 	}
 	checkHeld(t, cc, locks)
 }
+
+// TestLostEachAtItsOwnInstant: the lost-lock signals of one Locker's locks,
+// kept by the Locker's one timer, each come at their own lock's instant,
+// before its key can expire and not much earlier: fixed leases, whose
+// signal only that timer gives, and auto-renewed locks with Redis frozen.
+// When a lock is reported lost, the locks of longer TTLs confirmed no
+// earlier are still held. (A lock released meanwhile leaves the timer's
+// heap among the others.)
+func TestLostEachAtItsOwnInstant(t *testing.T) {
+	t.Parallel() // mostly waits for the validities to run out
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	rec := &confirmations{at: make(map[string]time.Time)}
+	c.AddHook(rec)
+	l := dlock.New(c)
+	defer l.Close()
+	// Auto-renewed at even indices, fixed leases at odd ones.
+	ttls := []time.Duration{4 * time.Second, 1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond, 1500 * time.Millisecond, 1200 * time.Millisecond}
+	locks := make([]*dlock.Lock, len(ttls))
+	var renewing []*dlock.Lock
+	acquired := time.Now()
+	for i, ttl := range ttls {
+		k, err := l.Acquire(ctx(t), "own-instant-"+strconv.Itoa(i), dlock.WithTTL(ttl), dlock.WithAutoRenew(i%2 == 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = k
+		if i%2 == 0 {
+			renewing = append(renewing, k)
+		}
+	}
+	gone, err := l.Acquire(ctx(t), "own-instant-released", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		at         time.Time
+		stillValid []bool // whether each other lock was still held then
+	}
+	seenAt := make([]seen, len(locks))
+	var wg sync.WaitGroup
+	for i, k := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-k.Lost():
+				now := time.Now()
+				sn := seen{at: now, stillValid: make([]bool, len(locks))}
+				for j, o := range locks {
+					select {
+					case <-o.Lost():
+					default:
+						sn.stillValid[j] = o.ValidUntil().After(now)
+					}
+				}
+				seenAt[i] = sn
+			case <-time.After(15 * time.Second):
+			}
+		}()
+	}
+	// Every auto-renewed lock renewed once, so that its validity counts
+	// from a renewal; then Redis freezes.
+	waitFor(t, func() bool { return rec.allAfter(acquired.Add(time.Millisecond), renewing) }, "a renewal of every auto-renewed lock")
+	if err := gone.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Thaw()
+	wg.Wait()
+	for i, k := range locks {
+		sn := seenAt[i]
+		if sn.at.IsZero() {
+			t.Errorf("%s (TTL %s): Lost did not fire", k.Key(), ttls[i])
+			continue
+		}
+		last := rec.last("dlock:{" + k.Key() + "}")
+		if expiry := last.Add(ttls[i]); !sn.at.Before(expiry) {
+			t.Errorf("%s (TTL %s): Lost at %s, after the key could have expired (%s)", k.Key(), ttls[i], sn.at.Format(time.StampMicro), expiry.Format(time.StampMicro))
+		}
+		// Not much before its own instant: its validity less the drift
+		// and the margin (at most about a tenth of the TTL together).
+		if early := last.Add(ttls[i] * 8 / 10); sn.at.Before(early) {
+			t.Errorf("%s (TTL %s): Lost %s after its last confirmation: too early", k.Key(), ttls[i], sn.at.Sub(last))
+		}
+		for j := range locks {
+			// A lock of a longer TTL, confirmed no earlier, was held when
+			// this one was lost.
+			if ttls[j] > ttls[i] && !rec.last("dlock:{"+locks[j].Key()+"}").Before(last) && !sn.stillValid[j] {
+				t.Errorf("%s (TTL %s) was no longer held when %s (TTL %s) was lost", locks[j].Key(), ttls[j], k.Key(), ttls[i])
+			}
+		}
+		t.Logf("%s (TTL %s, auto-renewed %v): lost %s after its last confirmation", k.Key(), ttls[i], i%2 == 0, sn.at.Sub(last))
+	}
+}
