@@ -114,9 +114,11 @@ func (k *Lock) start(start time.Time) bool {
 	}
 	l.locks[k] = struct{}{}
 	k.events.started(start)
-	k.arm()
 	if k.autoRenew {
-		k.planRenewal(time.Until(start.Add(k.ttl / 3)))
+		now := time.Now()
+		k.planRenewal(now, start.Add(k.ttl/3).Sub(now)) // arms the timer too
+	} else {
+		k.arm()
 	}
 	return true
 }

@@ -136,8 +136,9 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 		k.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
+	now := time.Now() // one reading for the checks below
 	switch class := o.class(ErrNotHeld); {
-	case class == nil && time.Now().Before(bound):
+	case class == nil && now.Before(bound):
 		k.ttl = ttl
 	case class == nil:
 		err = o.wrap(ErrUnavailable, fmt.Sprintf("extend %q: confirmed too late, no validity left", k.key))
@@ -147,18 +148,21 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 		err = o.wrap(class, fmt.Sprintf("extend %q: not confirmed%s", k.key, o.counts("confirmed")))
 	}
 	k.validUntil = k.computeValidity()
-	lost := errors.Is(err, ErrNotHeld) || k.untilLost() <= 0
+	untilLost := k.untilLostAt(now)
+	lost := errors.Is(err, ErrNotHeld) || untilLost <= 0
 	if !lost {
-		k.arm()
 		switch {
 		case err == nil && k.autoRenew:
 			// Every TTL/3, or sooner if a cap left less validity: with the
-			// locks due then (see renewals).
-			k.scheduleRenewal(min(time.Until(start.Add(ttl/3)), time.Until(k.validUntil)/3))
+			// locks due then (see renewals). It arms the timer.
+			k.scheduleRenewal(now, min(start.Add(ttl/3).Sub(now), k.validUntil.Sub(now)/3))
 		case err != nil && k.autoRenew:
 			// Transient: try again soon, alone, until the validity runs out
 			// (then the expiry timer reports the loss).
-			k.scheduleRenew(min(max(k.untilLost()/4, time.Millisecond), l.nodeTimeout(ttl)))
+			k.arm()
+			k.scheduleRenew(min(max(untilLost/4, time.Millisecond), l.nodeTimeout(ttl)))
+		default:
+			k.arm()
 		}
 	}
 	k.mu.Unlock()
@@ -346,9 +350,13 @@ func (k *Lock) renew() {
 }
 
 // untilLost is how long until the lost-lock signal is due (arm's instant
-// without a renewal): the end of the validity, less a margin for the scheduling delay of the timer and of the
+// without a renewal), untilLostAt(time.Now()).
+func (k *Lock) untilLost() time.Duration { return k.untilLostAt(time.Now()) }
+
+// untilLostAt is how long from now until the lost-lock signal is due: the
+// end of the validity, less a margin for the scheduling delay of the timer and of the
 // goroutine that receives from Lost, which the drift does not cover; k.mu is
 // held. A healthy lock never comes near it: it is renewed every TTL/3.
-func (k *Lock) untilLost() time.Duration {
-	return time.Until(k.validUntil) - lostMargin(k.ttl)
+func (k *Lock) untilLostAt(now time.Time) time.Duration {
+	return k.validUntil.Sub(now) - lostMargin(k.ttl)
 }

@@ -66,26 +66,30 @@ func renewGrid(ttl time.Duration) int64 {
 	return g
 }
 
-// scheduleRenewal has the lock renewed in about d (see planRenewal), unless
-// the Locker is closed. k.mu is held.
-func (k *Lock) scheduleRenewal(d time.Duration) {
-	if !k.l.isClosed() {
-		k.planRenewal(d)
-	}
-}
-
-// planRenewal has the lock renewed in about d: with the locks due at the
-// same grid instant (see renewals), or alone, at d, when d is shorter than
-// four grid steps. k.mu is held (and may be the Locker's too: start).
-func (k *Lock) planRenewal(d time.Duration) {
-	g := renewGrid(k.ttl)
-	if d < 4*time.Duration(g)*time.Millisecond {
-		k.leaveSchedule()
-		k.renewAt = time.Now().Add(d)
+// scheduleRenewal has the lock renewed in about d from now (see
+// planRenewal), unless the Locker is closed; it arms the lock's timer
+// either way. k.mu is held.
+func (k *Lock) scheduleRenewal(now time.Time, d time.Duration) {
+	if k.l.isClosed() {
 		k.arm()
 		return
 	}
-	at := time.Now().Add(d).UnixMilli()
+	k.planRenewal(now, d)
+}
+
+// planRenewal has the lock renewed in about d from now (time.Now, read by
+// the caller): with the locks due at the same grid instant (see renewals),
+// or alone, at d, when d is shorter than four grid steps; it arms the
+// lock's timer. k.mu is held (and may be the Locker's too: start).
+func (k *Lock) planRenewal(now time.Time, d time.Duration) {
+	g := renewGrid(k.ttl)
+	if d < 4*time.Duration(g)*time.Millisecond {
+		k.leaveSchedule()
+		k.renewAt = now.Add(d)
+		k.arm()
+		return
+	}
+	at := now.Add(d).UnixMilli()
 	at -= at % g
 	k.renewAt = time.Time{}
 	k.batchAt = at

@@ -8,7 +8,7 @@ import (
 // lockTimers is a Locker's one timer for its locks' own instants: each
 // lock's lost-lock signal, and its renewal when it runs alone (see arm).
 // It is a min-heap of the locks by instant, with one runtime timer set for
-// the earliest: a lock costs an entry of 16 bytes, not a timer of its own.
+// the earliest: a lock costs an entry of 24 bytes, not a timer of its own.
 // When the timer fires, the locks whose instant has come leave the heap,
 // and each one's tick runs on a goroutine of its own, as the lock's own
 // timer would run it, so that one lock's slow renewal or hook delays no
