@@ -221,8 +221,8 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	call := script.NewExtendCall(1, l.ttlArg(ttl), regain, l.retentionArg)
-	k.addTo(call)
+	call := script.NewExtendCall(1, regain == "0" && k.short(), l.ttlArg(ttl), regain, l.retentionArg)
+	k.addTo(call, regain == "0" && k.short())
 	cmd := call.Command()
 	need := k.quorum
 	if idx != nil {
@@ -250,8 +250,19 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	return results, missing, recorded
 }
 
-// addTo adds the lock to an extend.lua call (see script.ExtendCall).
-func (k *Lock) addTo(c *script.ExtendCall) {
+// short reports whether the lock's renewals are extend.lua's short groups
+// (two keys, two arguments: see its header), which write what a whole
+// group would: a lock (not a semaphore or a shared hold) without metadata.
+// A regain is always whole.
+func (k *Lock) short() bool { return k.metadata == "" && k.limit <= 1 && !k.shared }
+
+// addTo adds the lock to an extend.lua call (see script.ExtendCall), short
+// if the call is.
+func (k *Lock) addTo(c *script.ExtendCall, short bool) {
+	if short {
+		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fenceArg)
+		return
+	}
 	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fenceArg)
 }
 

@@ -222,12 +222,14 @@ type renewItem struct {
 	validUntil time.Time
 }
 
-// batchKey groups the locks of one batch: of one slot (see batchSlot) and
-// one TTL, so that a round bounded by the validity of one lock does not cut
-// short the renewal of a lock that has much more.
+// batchKey groups the locks of one batch: of one slot (see batchSlot), one
+// TTL, so that a round bounded by the validity of one lock does not cut
+// short the renewal of a lock that has much more, and one shape of
+// extend.lua's groups (Lock.short).
 type batchKey struct {
-	slot int
-	ttl  time.Duration
+	slot  int
+	ttl   time.Duration
+	short bool
 }
 
 // renewDue renews the locks whose instant has come: those still due then
@@ -261,7 +263,7 @@ func (l *Locker) renewDue(due []dueLock) {
 			l.startBatch([]renewItem{it})
 			continue
 		}
-		bk := batchKey{slot, it.ttl}
+		bk := batchKey{slot, it.ttl, k.short()}
 		b := append(batches[bk], it)
 		if len(b) == maxBatch {
 			l.startBatch(b)
@@ -335,10 +337,11 @@ func lockResults(buf []quorum.Result[int64], rs []quorum.Result[extendReply], j 
 // without touching the others, and the ops slots are given back.
 func (l *Locker) renewBatch(items []renewItem) {
 	deadline := items[0].validUntil
-	call := script.NewExtendCall(len(items), l.ttlArg(items[0].ttl), "0", l.retentionArg)
+	short := items[0].k.short() // the batch's (see batchKey)
+	call := script.NewExtendCall(len(items), short, l.ttlArg(items[0].ttl), "0", l.retentionArg)
 	for _, it := range items {
 		deadline = minTime(deadline, it.validUntil)
-		it.k.addTo(call)
+		it.k.addTo(call, short)
 	}
 	ctx, cancel := context.WithDeadline(l.renewCtx, deadline)
 	defer cancel()

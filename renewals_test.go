@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/script"
 )
 
 // holdMany acquires n locks named prefix0..prefix(n-1) with ttl.
@@ -295,13 +298,17 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 	switch {
 	case nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
 		r.at[fmt.Sprint(args[3])] = sent
-	case nkeys%5 == 0 && len(reply) == nkeys/5: // extend.lua
+	case len(args) > 3+nkeys+3 && len(reply) > 0: // extend.lua: groups of W keys, W its ARGV[4]
+		w, _ := strconv.Atoi(fmt.Sprint(args[3+nkeys+3]))
+		if w == 0 || nkeys != w*len(reply) {
+			return
+		}
 		if len(reply) > 1 {
 			r.many++
 		}
 		for g, x := range reply {
 			if x == int64(1) {
-				r.at[fmt.Sprint(args[3+5*g])] = sent
+				r.at[fmt.Sprint(args[3+w*g])] = sent
 			}
 		}
 	}
@@ -509,5 +516,128 @@ func TestLostEachAtItsOwnInstant(t *testing.T) {
 			}
 		}
 		t.Logf("%s (TTL %s, auto-renewed %v): lost %s after its last confirmation", k.Key(), ttls[i], i%2 == 0, sn.at.Sub(last))
+	}
+}
+
+// extendWidths is a go-redis hook that records, per lock key, the widths
+// (keys per group: extend.lua's ARGV[4]) of the extend.lua calls that
+// renewed it.
+type extendWidths struct {
+	mu sync.Mutex
+	w  map[string][]string
+}
+
+func (r *extendWidths) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *extendWidths) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (r *extendWidths) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *extendWidths) record(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 3 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return
+	}
+	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	if len(args) <= 3+nkeys+3 || nkeys == 8 { // acquire.lua, release.lua
+		return
+	}
+	width := fmt.Sprint(args[3+nkeys+3])
+	w, _ := strconv.Atoi(width)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for g := 0; w > 0 && g < nkeys/w; g++ {
+		key := fmt.Sprint(args[3+w*g])
+		r.w[key] = append(r.w[key], width)
+	}
+}
+
+func (r *extendWidths) of(key string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.w[key])
+}
+
+// TestRenewalsShortGroups: a lock without metadata is renewed with
+// extend.lua's short groups (two keys and two arguments), a lock with
+// metadata, a semaphore's permit and a shared hold with whole ones, and
+// each keeps its key, metadata and counter; extend.lua refuses a short
+// group that would regain, and a width it does not know, before writing.
+func TestRenewalsShortGroups(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	rec := &extendWidths{w: map[string][]string{}}
+	c.AddHook(rec)
+	l := dlock.New(c)
+	defer l.Close()
+	const ttl = 600 * time.Millisecond
+	plain, err := l.Acquire(ctx(t), "short-plain", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := l.Acquire(ctx(t), "short-meta", dlock.WithTTL(ttl), dlock.WithMetadata("m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := l.Acquire(ctx(t), "short-sem", dlock.WithTTL(ttl), dlock.WithLimit(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := l.Acquire(ctx(t), "short-shared", dlock.WithTTL(ttl), dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[*dlock.Lock]string{plain: "2", meta: "5", sem: "5", shared: "5"}
+	waitFor(t, func() bool {
+		for k := range want {
+			if len(rec.of("dlock:{"+k.Key()+"}")) < 3 {
+				return false
+			}
+		}
+		return true
+	}, "three renewals of every lock")
+	for k, w := range want {
+		for _, got := range rec.of("dlock:{" + k.Key() + "}") {
+			if got != w {
+				t.Errorf("%s renewed in groups of %s keys, want %s", k.Key(), got, w)
+			}
+		}
+		select {
+		case <-k.Lost():
+			t.Errorf("%s lost", k.Key())
+		default:
+		}
+		if p := c.PTTL(ctx(t), "dlock:{"+k.Key()+"}:fence").Val(); p <= 0 {
+			t.Errorf("%s: the fence counter's PTTL is %s", k.Key(), p)
+		}
+	}
+	if m := c.HGet(ctx(t), "dlock:{short-meta}:meta", meta.Token()).Val(); m != "m" {
+		t.Errorf("the metadata after renewals: %q", m)
+	}
+	checkHeld(t, c, []*dlock.Lock{plain, meta})
+
+	// A short group that would regain, or another width: an error, and
+	// nothing written (the free key stays free).
+	nm := keys.Make("dlock:", "short-free")
+	for _, argv := range [][]any{{"60000", "1", "60000", "2", "tok", "5"}, {"60000", "0", "60000", "3", "tok", "5"}} {
+		args := append([]any{"eval", script.Extend.Source(), "2"}, nm.ExtendKeysShort()...)
+		err := c.Do(ctx(t), append(args, argv...)...).Err()
+		if err == nil || !strings.Contains(err.Error(), "extend.lua") {
+			t.Errorf("extend.lua with ARGV %v: %v, want its error", argv, err)
+		}
+		if n := c.Exists(ctx(t), nm.Lock(), nm.Fence()).Val(); n != 0 {
+			t.Errorf("extend.lua with ARGV %v wrote %d keys", argv, n)
+		}
 	}
 }

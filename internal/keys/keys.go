@@ -17,18 +17,18 @@ type Names struct {
 	// Keys are the names of the lock's Redis keys, boxed once (see the
 	// root package's script), in the one order in which every script
 	// takes them as its KEYS: acquire.lua and release.lua all eight,
-	// extend.lua the first five, raise.lua the first four. One array, so
-	// that a lock's names cost a few small allocations, not a copy per
-	// script.
+	// extend.lua the first five (or two, its short groups), raise.lua the
+	// first three. One array, so that a lock's names cost a few small
+	// allocations, not a copy per script.
 	Keys [8]any
 }
 
 // The index of each key in Names.Keys (and KEYS[i+1] in the scripts).
 const (
 	LockKey    = iota // prefix{K}: the lock (token, or a sorted set of holders)
+	FenceKey          // prefix{K}:fence
 	MetaKey           // prefix{K}:meta
 	LimitKey          // prefix{K}:limit
-	FenceKey          // prefix{K}:fence
 	DeadKey           // prefix{K}:dead
 	WaitersKey        // prefix{K}:waiters
 	LeasesKey         // prefix{K}:wexp
@@ -70,8 +70,12 @@ func (n *Names) ReleaseKeys() []any { return n.Keys[:] }
 // ExtendKeys are extend.lua's KEYS (of one lock).
 func (n *Names) ExtendKeys() []any { return n.Keys[: DeadKey+1 : DeadKey+1] }
 
+// ExtendKeysShort are the KEYS of a short group of extend.lua: a lock
+// without metadata, not regained.
+func (n *Names) ExtendKeysShort() []any { return n.Keys[: FenceKey+1 : FenceKey+1] }
+
 // RaiseKeys are raise.lua's KEYS.
-func (n *Names) RaiseKeys() []any { return n.Keys[: FenceKey+1 : FenceKey+1] }
+func (n *Names) RaiseKeys() []any { return n.Keys[: MetaKey+1 : MetaKey+1] }
 
 // TagEscape starts the hash tag of a key that begins with '}' or with
 // TagEscape itself. Redis hashes the text between the first '{' and the

@@ -3,12 +3,12 @@
 --
 -- KEYS, in the order that every script shares (see internal/keys):
 -- KEYS[1] lock key       prefix{K}
--- KEYS[2] metadata       prefix{K}:meta    (hash: owner token -> metadata, and
+-- KEYS[2] fence counter  prefix{K}:fence   (lives ARGV[3] ms after the last use, and at
+--                                          least as long as a holder: see extend.lua)
+-- KEYS[3] metadata       prefix{K}:meta    (hash: owner token -> metadata, and
 --                                          "f:" .. token -> that holder's fence; it
 --                                          lives as long as the holders)
--- KEYS[3] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
--- KEYS[4] fence counter  prefix{K}:fence   (lives ARGV[3] ms after the last use, and at
---                                          least as long as a holder: see extend.lua)
+-- KEYS[4] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- KEYS[5] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
 -- KEYS[6] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
 -- KEYS[7] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
@@ -18,12 +18,12 @@
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
 --                        the TTL of the lock, or of a semaphore's last permit)
--- ARGV[4] metadata       "" for none, else stored under the token in KEYS[2]
+-- ARGV[4] metadata       "" for none, else stored under the token in KEYS[3]
 -- ARGV[5] limit          "1" for a lock (KEYS[1] a string: the owner token),
 --                        n > 1 for a semaphore (KEYS[1] a sorted set: owner
 --                        token -> expiry in server ms, for at most n holders),
 --                        "0" for a shared hold (KEYS[1] a sorted set as a
---                        semaphore's, of any number of holders; KEYS[3] "0")
+--                        semaphore's, of any number of holders; KEYS[4] "0")
 -- ARGV[6..10], only for an attempt that may register as a waiter (absent: it
 -- does not, and takes a free lock with a single SET NX):
 -- ARGV[6] waiter         "LOCKERID:SEQ:KEY", SEQ beginning with "r" for a shared
@@ -78,7 +78,7 @@
 -- Semaphore: expired permits (and reservations) are pruned on every run, on
 -- the server's clock. A permit is granted while fewer than n live ones are
 -- held; pttl on failure is the time until the first live one expires. The
--- sorted set and KEYS[3] expire with the last permit. A key held with
+-- sorted set and KEYS[4] expire with the last permit. A key held with
 -- another limit (a lock held as a semaphore, or the other way round, or
 -- another n) is refused with the error "DLOCKLIMIT HELD ASKED", and nothing
 -- is written.
@@ -86,7 +86,7 @@
 -- program wrote) would make a write fail after others: refuse first.
 --
 -- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
--- whose KEYS[3] is "0". One is granted while the key is free or shared,
+-- whose KEYS[4] is "0". One is granted while the key is free or shared,
 -- unless a writer waits ahead of the caller: KEYS[8] holds the intent of
 -- each exclusive waiter, with an end one TTL (the writer's) after its last
 -- failed attempt; a live intent whose waiter sits in the waiting set at a
@@ -128,7 +128,7 @@ local function wrongType(k, want)
   return t ~= 'none' and t ~= want
 end
 local function refuseWrongTypes(waiters, meta)
-  if (waiters and (wrongType(KEYS[6], 'zset') or wrongType(KEYS[7], 'hash') or wrongType(KEYS[8], 'zset'))) or (meta and wrongType(KEYS[2], 'hash')) then
+  if (waiters and (wrongType(KEYS[6], 'zset') or wrongType(KEYS[7], 'hash') or wrongType(KEYS[8], 'zset'))) or (meta and wrongType(KEYS[3], 'hash')) then
     return redis.error_reply('WRONGTYPE dlock: a waiting set, lease, writers or metadata key of ' .. KEYS[1] .. ' holds another type')
   end
   return false
@@ -147,9 +147,9 @@ local function incr(s)
 end
 -- The counter, read (and checked) before anything is written.
 local function counter()
-  local c = redis.call('GET', KEYS[4])
+  local c = redis.call('GET', KEYS[2])
   if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
-    return false, redis.error_reply('dlock: fence counter ' .. KEYS[4] .. ' does not hold a positive integer below 2^63-1')
+    return false, redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
   end
   return c
 end
@@ -179,7 +179,7 @@ local function issue(c, life)
   else
     fence = t[1] .. string.format('%06d', tonumber(t[2]))
   end
-  redis.call('SET', KEYS[4], fence, 'PX', life)
+  redis.call('SET', KEYS[2], fence, 'PX', life)
   return fence
 end
 local function mismatch(held)
@@ -191,7 +191,7 @@ local function prune(now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- metadata of another type: left alone
+      redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- metadata of another type: left alone
     end
   end
 end
@@ -261,20 +261,20 @@ local function done(c, own, last, now)
   local fence
   if own and c then
     fence = c
-    redis.call('SET', KEYS[4], fence, 'PX', life)
+    redis.call('SET', KEYS[2], fence, 'PX', life)
   else
     fence = issue(c, life)
   end
   if metadata ~= '' then
     if not last then
       -- A lock has one holder: the entries of former ones go.
-      redis.call('DEL', KEYS[2])
+      redis.call('DEL', KEYS[3])
     end
-    redis.call('HSET', KEYS[2], token, metadata, 'f:' .. token, fence)
+    redis.call('HSET', KEYS[3], token, metadata, 'f:' .. token, fence)
     if last then
-      redis.call('PEXPIREAT', KEYS[2], last) -- a semaphore's: with the last permit
+      redis.call('PEXPIREAT', KEYS[3], last) -- a semaphore's: with the last permit
     else
-      redis.call('PEXPIRE', KEYS[2], ARGV[2])
+      redis.call('PEXPIRE', KEYS[3], ARGV[2])
     end
   end
   if queued then
@@ -325,20 +325,20 @@ local function permit(c, now, resv)
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[1], last)
-  redis.call('SET', KEYS[3], ARGV[5])
-  redis.call('PEXPIREAT', KEYS[3], last)
+  redis.call('SET', KEYS[4], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[4], last)
   -- A retried grant gets a fence of its own too: other permits may
   -- have taken the next ones meanwhile.
   return done(c, false, last, now)
 end
 -- onSet is an exclusive acquisition's answer when the lock key is not a
--- string: shared holds (a sorted set, KEYS[3] "0"), a semaphore's permits,
+-- string: shared holds (a sorted set, KEYS[4] "0"), a semaphore's permits,
 -- or a key of another program (err, WRONGTYPE).
 local function onSet(err)
   if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
     return err
   end
-  local held = redis.call('GET', KEYS[3])
+  local held = redis.call('GET', KEYS[4])
   if held ~= '0' then
     return mismatch(held or '?')
   end
@@ -352,7 +352,7 @@ local function onSet(err)
     return bad
   end
   prune(now)
-  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[4])
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
   return done(c, false)
 end
@@ -369,7 +369,7 @@ if ARGV[5] == '0' then
     return redis.error_reply('WRONGTYPE dlock: the lock ' .. KEYS[1] .. ' holds another type')
   end
   local now = clock()
-  local held = redis.call('GET', KEYS[3])
+  local held = redis.call('GET', KEYS[4])
   if held and held ~= '0' and redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') > 0 then
     return mismatch(held)
   end
@@ -400,7 +400,7 @@ if not exclusive then
   end
   local now = clock()
   local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-  local held = redis.call('GET', KEYS[3])
+  local held = redis.call('GET', KEYS[4])
   if live > 0 and held and held ~= ARGV[5] then
     return mismatch(held)
   end
@@ -424,7 +424,7 @@ if waiter == '' then
   if bad then
     return bad
   end
-  if metadata ~= '' and wrongType(KEYS[2], 'hash') then
+  if metadata ~= '' and wrongType(KEYS[3], 'hash') then
     return refuseWrongTypes(false, true)
   end
   granted = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) ~= false

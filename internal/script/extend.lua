@@ -4,19 +4,24 @@
 --
 -- It does so for one lock or several at once (a Locker's renewals of the
 -- locks due together, see the root package's renewals.go): KEYS are groups
--- of 5 keys, one group per lock; ARGV[1..3] are for every group, then come
--- groups of 4 arguments, one per lock, in the same order. On a Cluster
--- every group's keys are in one slot. The reply is an array with one
+-- of W keys, one group per lock; ARGV[1..4] are for every group, then come
+-- groups of arguments, one per lock, in the same order. Every group of a
+-- call has one shape, which ARGV[4] gives: W = 5 keys and 4 arguments (any
+-- lock), or the short group, W = 2 keys and 2 arguments (a lock, limit "1",
+-- without metadata, not regained: it reads and writes no other key; its
+-- metadata is "" and its limit "1"). On a Cluster every group's keys are
+-- in one slot. The reply is an array with one
 -- element per group, in order: the group's reply below, or its error reply.
 -- An error of one group (a key of another type) comes before that group
 -- writes anything, and the other groups run as if it were alone.
 --
--- For group g (0, 1, …):
--- KEYS[5g+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
--- KEYS[5g+2] metadata       prefix{K}:meta (see acquire.lua)
--- KEYS[5g+3] limit          prefix{K}:limit (a semaphore's)
--- KEYS[5g+4] fence counter  prefix{K}:fence
--- KEYS[5g+5] tombstones     prefix{K}:dead (see release.lua)
+-- For group g (0, 1, …), the first W of the keys that every script takes
+-- in one order (see internal/keys):
+-- KEYS[Wg+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
+-- KEYS[Wg+2] fence counter  prefix{K}:fence
+-- KEYS[Wg+3] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[Wg+4] limit          prefix{K}:limit (a semaphore's)
+-- KEYS[Wg+5] tombstones     prefix{K}:dead (see release.lua)
 -- ARGV[1] ttl            new TTL in milliseconds, counted from now
 -- ARGV[2] regain         "1" to set the key to the token when it is free: only sent
 --                        to nodes that answered -1, after a quorum of the others
@@ -25,12 +30,17 @@
 --                        nodes; "0" otherwise (a token that release.lua buried
 --                        is not set again: -1)
 -- ARGV[3] retention      ms the fence counter lives after its last use
--- ARGV[4g+4] token       the owner token
--- ARGV[4g+5] metadata    "" for none; else the lock's metadata, whose TTL follows
+-- ARGV[4] W              "5", or "2" for short groups (regain must be "0")
+-- Then, with W = 5:
+-- ARGV[4g+5] token       the owner token
+-- ARGV[4g+6] metadata    "" for none; else the lock's metadata, whose TTL follows
 --                        the lock's (and which a regain writes again)
--- ARGV[4g+6] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
+-- ARGV[4g+7] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
 --                        hold (a semaphore without a limit, see acquire.lua)
--- ARGV[4g+7] fence       the holder's fence (a decimal string)
+-- ARGV[4g+8] fence       the holder's fence (a decimal string)
+-- With W = 2:
+-- ARGV[2g+5] token       the owner token
+-- ARGV[2g+6] fence       the holder's fence
 --
 -- A group's reply is 1 if the key held the token (or was free and regain
 -- is "1") and its TTL was set, 0 if it holds another value (another owner,
@@ -46,17 +56,18 @@
 -- acquire.lua: the counter never runs ahead of the clock), so that the next
 -- holder's fence is larger than every one issued, the other permits' of a
 -- semaphore included; and a holder with metadata has
--- its fence written with it in KEYS[2] (correcting a grant that ran late on
+-- its fence written with it in KEYS[3] (correcting a grant that ran late on
 -- this node and counted its own). The comparison is on decimal strings (length first),
 -- exact for any 64-bit value. Errors (keys of another type) come before any
 -- write.
 
 -- extend is the work of one group, given its keys as KEYS[1..5] (in the
--- order above) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
+-- order above; a short group's KEYS[3..5] are nil, and never read: see
+-- ARGV[4]) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
 -- [4] metadata, [5] limit, [6] fence, [7] retention.
 local function extend(KEYS, ARGV)
   local token, fence = ARGV[1], ARGV[6]
-  local c = redis.pcall('GET', KEYS[4])
+  local c = redis.pcall('GET', KEYS[2])
   if type(c) == 'table' then
     return c -- WRONGTYPE: not written by dlock
   end
@@ -84,12 +95,12 @@ local function extend(KEYS, ARGV)
       if below(v, fence) then
         v = fence
       end
-      redis.call('SET', KEYS[4], v, 'PX', life)
+      redis.call('SET', KEYS[2], v, 'PX', life)
       return
     end
-    local left = redis.call('PTTL', KEYS[4])
+    local left = redis.call('PTTL', KEYS[2])
     if left >= 0 and left < life then
-      redis.call('PEXPIRE', KEYS[4], life)
+      redis.call('PEXPIRE', KEYS[2], life)
     end
   end
   -- holder writes the holder's entries (its metadata, its fence), if it has
@@ -99,11 +110,11 @@ local function extend(KEYS, ARGV)
     if ARGV[4] == '' then
       return
     end
-    redis.call('HSET', KEYS[2], token, ARGV[4], 'f:' .. token, fence)
+    redis.call('HSET', KEYS[3], token, ARGV[4], 'f:' .. token, fence)
     if last then
-      redis.call('PEXPIREAT', KEYS[2], last)
+      redis.call('PEXPIREAT', KEYS[3], last)
     else
-      redis.call('PEXPIRE', KEYS[2], ttl)
+      redis.call('PEXPIRE', KEYS[3], ttl)
     end
   end
 
@@ -113,16 +124,16 @@ local function extend(KEYS, ARGV)
       return 0
     end
     if ARGV[4] ~= '' then
-      local hty = redis.call('TYPE', KEYS[2])['ok']
+      local hty = redis.call('TYPE', KEYS[3])['ok']
       if hty ~= 'hash' and hty ~= 'none' then
-        return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[2] .. ' holds another type')
+        return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[3] .. ' holds another type')
       end
     end
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local s = redis.call('ZSCORE', KEYS[1], token)
     local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-    local held = redis.call('GET', KEYS[3])
+    local held = redis.call('GET', KEYS[4])
     local ours = s and tonumber(s) > now
     if not ours then
       local cap = tonumber(ARGV[5])
@@ -140,14 +151,14 @@ local function extend(KEYS, ARGV)
     if #gone > 0 then
       redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
       for _, m in ipairs(gone) do
-        redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- metadata of another type: left alone
+        redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- metadata of another type: left alone
       end
     end
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
     local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
     redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('SET', KEYS[3], ARGV[5])
-    redis.call('PEXPIREAT', KEYS[3], last)
+    redis.call('SET', KEYS[4], ARGV[5])
+    redis.call('PEXPIREAT', KEYS[4], last)
     -- The permits share the metadata hash: it lives as long as the last of
     -- them, and each renewal writes its own entries again.
     holder(nil, last)
@@ -175,14 +186,24 @@ local function extend(KEYS, ARGV)
   return 0
 end
 
+local w = tonumber(ARGV[4])
+if w ~= 5 and (w ~= 2 or ARGV[2] ~= '0') then
+  return redis.error_reply('dlock: extend.lua: groups of ' .. tostring(ARGV[4]) .. ' keys (regain ' .. tostring(ARGV[2]) .. ')')
+end
 local out = {}
-for g = 0, #KEYS / 5 - 1 do
+for g = 0, #KEYS / w - 1 do
   local k = {}
-  for i = 1, 5 do
-    k[i] = KEYS[g * 5 + i]
+  for i = 1, w do
+    k[i] = KEYS[g * w + i]
   end
-  local o = 3 + g * 4
-  local a = {ARGV[o + 1], ARGV[1], ARGV[2], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[3]}
+  local a
+  if w == 5 then
+    local o = 4 + g * 4
+    a = {ARGV[o + 1], ARGV[1], ARGV[2], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[3]}
+  else
+    local o = 4 + g * 2
+    a = {ARGV[o + 1], ARGV[1], ARGV[2], '', '1', ARGV[o + 2], ARGV[3]}
+  end
   -- A failed command (a key of another type) ends this group only.
   local ok, r = pcall(extend, k, a)
   if not ok then

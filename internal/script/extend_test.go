@@ -7,23 +7,46 @@ import (
 )
 
 // TestExtendCall: the command's layout is extend.lua's header's: the keys
-// of every lock, the shared arguments once, then each lock's own.
+// of every lock, the shared arguments once (the width of its groups last),
+// then each lock's own; a call of short groups has two keys and two
+// arguments per lock; a lock of the other shape, or past the call's
+// locks, panics.
 func TestExtendCall(t *testing.T) {
-	c := NewExtendCall(2, "3000", "0", "60000")
-	c.Add([]any{"a", "a:meta", "a:limit", "a:fence", "a:dead"}, "ta", "", "1", "7")
-	c.Add([]any{"b", "b:meta", "b:limit", "b:fence", "b:dead"}, "tb", "m", "0", "8")
+	c := NewExtendCall(2, false, "3000", "0", "60000")
+	c.Add([]any{"a", "a:fence", "a:meta", "a:limit", "a:dead"}, "ta", "", "1", "7")
+	c.Add([]any{"b", "b:fence", "b:meta", "b:limit", "b:dead"}, "tb", "m", "0", "8")
 	want := []any{"evalsha", Extend.sha, "10",
-		"a", "a:meta", "a:limit", "a:fence", "a:dead", "b", "b:meta", "b:limit", "b:fence", "b:dead",
-		"3000", "0", "60000", "ta", "", "1", "7", "tb", "m", "0", "8"}
+		"a", "a:fence", "a:meta", "a:limit", "a:dead", "b", "b:fence", "b:meta", "b:limit", "b:dead",
+		"3000", "0", "60000", "5", "ta", "", "1", "7", "tb", "m", "0", "8"}
 	if got := c.Command(); !slices.Equal(got, want) {
 		t.Errorf("command %v, want %v", got, want)
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("a third Add to a call for two did not panic")
-		}
-	}()
-	c.Add([]any{"c", "c:meta", "c:limit", "c:fence", "c:dead"}, "tc", "", "1", "9")
+	s := NewExtendCall(2, true, "3000", "0", "60000")
+	s.AddShort([]any{"a", "a:fence"}, "ta", "7")
+	s.AddShort([]any{"b", "b:fence"}, "tb", "8")
+	want = []any{"evalsha", Extend.sha, "4", "a", "a:fence", "b", "b:fence", "3000", "0", "60000", "2", "ta", "7", "tb", "8"}
+	if got := s.Command(); !slices.Equal(got, want) {
+		t.Errorf("short command %v, want %v", got, want)
+	}
+	for what, f := range map[string]func(){
+		"a third Add to a call for two": func() { c.Add([]any{"c", "c:fence", "c:meta", "c:limit", "c:dead"}, "tc", "", "1", "9") },
+		"AddShort to a whole call":      func() { NewExtendCall(1, false, "3000", "0", "60000").AddShort([]any{"c", "c:fence"}, "tc", "9") },
+		"Add to a call of short groups": func() {
+			NewExtendCall(1, true, "3000", "0", "60000").Add([]any{"c", "c:fence", "c:meta", "c:limit", "c:dead"}, "tc", "", "1", "9")
+		},
+		"AddShort with the whole group's keys": func() {
+			NewExtendCall(1, true, "3000", "0", "60000").AddShort([]any{"c", "c:fence", "c:meta", "c:limit", "c:dead"}, "tc", "9")
+		},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", what)
+				}
+			}()
+			f()
+		}()
+	}
 }
 
 // TestExtendReplies: each group's answer is its own; a call's error, or a

@@ -1,12 +1,11 @@
 -- raise.lua: raise the fence counter to at least a value (never lower it),
 -- and record that value as the holder's fence.
 --
--- KEYS are the first four of the keys that every script takes in one order
--- (see internal/keys): two of them are not used here.
+-- KEYS are the first three of the keys that every script takes in one order
+-- (see internal/keys):
 -- KEYS[1] lock key       prefix{K} (not used; the command is routed by it)
--- KEYS[2] metadata       prefix{K}:meta (see acquire.lua)
--- KEYS[3] limit          prefix{K}:limit (not used)
--- KEYS[4] fence counter  prefix{K}:fence
+-- KEYS[2] fence counter  prefix{K}:fence
+-- KEYS[3] metadata       prefix{K}:meta (see acquire.lua)
 -- ARGV[1] value          the fence a Redlock holder was granted (a decimal string)
 -- ARGV[2] life           ms the counter lives at least from now, as after an
 --                        acquisition (the retention, at least the lock's TTL)
@@ -21,20 +20,20 @@
 -- the holder has. The comparison is on decimal strings (length first),
 -- exact for any 64-bit value; a counter that is not a positive integer is an
 -- error, and nothing is written then.
-local c = redis.call('GET', KEYS[4])
+local c = redis.call('GET', KEYS[2])
 if c and not string.match(c, '^[1-9]%d*$') then
-  return redis.error_reply('dlock: fence counter ' .. KEYS[4] .. ' does not hold a positive integer')
+  return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer')
 end
 local want = ARGV[1]
-if redis.pcall('HEXISTS', KEYS[2], 'f:' .. ARGV[3]) == 1 then
-  redis.call('HSET', KEYS[2], 'f:' .. ARGV[3], want)
+if redis.pcall('HEXISTS', KEYS[3], 'f:' .. ARGV[3]) == 1 then
+  redis.call('HSET', KEYS[3], 'f:' .. ARGV[3], want)
 end
 if not c or #c < #want or (#c == #want and c < want) then
-  redis.call('SET', KEYS[4], want, 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], want, 'PX', ARGV[2])
   return want
 end
-local left = redis.call('PTTL', KEYS[4])
+local left = redis.call('PTTL', KEYS[2])
 if left >= 0 and left < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return c

@@ -3,9 +3,9 @@
 --
 -- KEYS, in the order that every script shares (see internal/keys):
 -- KEYS[1] lock key       prefix{K}
--- KEYS[2] metadata       prefix{K}:meta (the released owner's entries are removed)
--- KEYS[3] limit          prefix{K}:limit (a semaphore's)
--- KEYS[4] fence counter  prefix{K}:fence
+-- KEYS[2] fence counter  prefix{K}:fence
+-- KEYS[3] metadata       prefix{K}:meta (the released owner's entries are removed)
+-- KEYS[4] limit          prefix{K}:limit (a semaphore's)
 -- KEYS[5] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
 -- KEYS[6] waiting set    prefix{K}:waiters
 -- KEYS[7] waiter leases  prefix{K}:wexp
@@ -183,7 +183,7 @@ if sem then
     return nothing()
   end
   redis.call('ZREM', KEYS[1], ARGV[1])
-  shared = redis.call('GET', KEYS[3]) == '0'
+  shared = redis.call('GET', KEYS[4]) == '0'
   if tonumber(s) <= clock() then
     return nothing() -- it had expired
   end
@@ -191,9 +191,9 @@ elseif v ~= ARGV[1] then
   return nothing()
 end
 if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[2], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
+  redis.pcall('HDEL', KEYS[3], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
 elseif ARGV[6] ~= '0' then
-  redis.call('DEL', KEYS[2]) -- a lock's holder is its only entry
+  redis.call('DEL', KEYS[3]) -- a lock's holder is its only entry
 end
 
 -- The woken waiter: the first live registration that hears of it. At most
@@ -226,7 +226,7 @@ local reserve = nxt and tonumber(ARGV[3]) > 0
 local last = false -- a semaphore's last permit's expiry
 if shared and nxt and not group then
   -- A writer after the last shared hold: the key becomes its reservation.
-  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[4])
   if reserve then
     redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
   end
@@ -239,22 +239,22 @@ elseif sem or (group and reserve) then
       redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. w)
     end
     if group then
-      redis.call('SET', KEYS[3], '0')
+      redis.call('SET', KEYS[4], '0')
     end
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[2], m, 'f:' .. m) -- a hash of another type: left alone
+      redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- a hash of another type: left alone
     end
   end
   last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   if last then
     redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('PEXPIREAT', KEYS[3], last)
+    redis.call('PEXPIREAT', KEYS[4], last)
   else
-    redis.call('DEL', KEYS[1], KEYS[3])
+    redis.call('DEL', KEYS[1], KEYS[4])
   end
 elseif reserve then
   redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
@@ -266,8 +266,8 @@ local life = tonumber(ARGV[9])
 if last then
   life = math.max(life, tonumber(last) - clock())
 end
-if redis.call('PTTL', KEYS[4]) > life then
-  redis.call('PEXPIRE', KEYS[4], life)
+if redis.call('PTTL', KEYS[2]) > life then
+  redis.call('PEXPIRE', KEYS[2], life)
 end
 if nxt then
   -- The stand-in: the next registration that hears of it; those nobody

@@ -32,7 +32,7 @@ var (
 	Acquire = newScript(acquireSrc, 8)
 	Release = newScript(releaseSrc, 8)
 	Extend  = newScript(extendSrc, 5)
-	Raise   = newScript(raiseSrc, 4)
+	Raise   = newScript(raiseSrc, 3)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -138,34 +138,62 @@ func (a *ReleaseArgs) Command(keys []any) []any {
 
 // An ExtendCall builds the command of extend.lua for several locks at
 // once (see its header): the arguments that every lock shares, then each
-// lock's keys and own arguments, in order.
+// lock's keys and own arguments, in order; every lock of a call in one
+// shape, whole or short.
 type ExtendCall struct {
-	args []any
-	n, j int
+	args         []any
+	n, j         int
+	keys, ownArg int // per lock: 5 and 4, or 2 and 2 (short)
 }
 
-const extendKeys, extendOwnArgs = 5, 4
+var (
+	extendWhole any = "5"
+	extendShort any = "2"
+)
 
 // NewExtendCall starts the command for n locks, with their TTL, regain and
-// retention arguments.
-func NewExtendCall(n int, ttl, regain, retention any) *ExtendCall {
-	a := make([]any, 6+n*(extendKeys+extendOwnArgs))
-	a[0], a[1], a[2] = "evalsha", Extend.sha, strconv.Itoa(n*extendKeys)
-	o := 3 + n*extendKeys
-	a[o], a[o+1], a[o+2] = ttl, regain, retention
-	return &ExtendCall{args: a, n: n}
+// retention arguments. short makes it a call of short groups (see
+// extend.lua): its locks are added with AddShort, regain is "0".
+func NewExtendCall(n int, short bool, ttl, regain, retention any) *ExtendCall {
+	c := &ExtendCall{n: n, keys: 5, ownArg: 4}
+	width := extendWhole
+	if short {
+		c.keys, c.ownArg, width = 2, 2, extendShort
+	}
+	a := make([]any, 7+n*(c.keys+c.ownArg))
+	a[0], a[1], a[2] = "evalsha", Extend.sha, strconv.Itoa(n*c.keys)
+	o := 3 + n*c.keys
+	a[o], a[o+1], a[o+2], a[o+3] = ttl, regain, retention, width
+	c.args = a
+	return c
 }
 
-// Add adds the next lock: its keys (its ExtendKeys) and own arguments. It
-// panics past the n locks of NewExtendCall.
+// Add adds the next lock of a whole call: its keys (its ExtendKeys) and
+// own arguments. It panics past the n locks of NewExtendCall, or in a call
+// of short groups.
 func (c *ExtendCall) Add(keys []any, token, metadata, limit, fence any) {
-	if c.j == c.n || len(keys) != extendKeys {
-		panic("script: ExtendCall.Add past its locks, or with other keys")
-	}
-	copy(c.args[3+c.j*extendKeys:], keys)
-	o := 6 + c.n*extendKeys + c.j*extendOwnArgs
+	o := c.next(keys, 5)
 	c.args[o], c.args[o+1], c.args[o+2], c.args[o+3] = token, metadata, limit, fence
+}
+
+// AddShort adds the next lock of a call of short groups: a lock (limit 1)
+// without metadata, its keys (its ExtendKeysShort), token and fence. It
+// panics past the n locks of NewExtendCall, or in a whole call.
+func (c *ExtendCall) AddShort(keys []any, token, fence any) {
+	o := c.next(keys, 2)
+	c.args[o], c.args[o+1] = token, fence
+}
+
+// next copies the next lock's keys (of a group of width keys) and returns
+// where its own arguments go.
+func (c *ExtendCall) next(keys []any, width int) int {
+	if c.j == c.n || len(keys) != c.keys || width != c.keys {
+		panic("script: ExtendCall: a lock past its locks, or of another shape")
+	}
+	copy(c.args[3+c.j*c.keys:], keys)
+	o := 7 + c.n*c.keys + c.j*c.ownArg
 	c.j++
+	return o
 }
 
 // Command is the command, once every lock was added.
