@@ -167,9 +167,10 @@ func (k *Lock) TTL() time.Duration {
 
 // ValidUntil returns the time until which ownership is guaranteed by the last
 // confirmed acquisition or renewal (on the monotonic clock), or the zero time
-// once a quorum of nodes said the lock is no longer ours. Lost closes shortly
-// before it (by TTL/20, at most 50ms, a margin for scheduling delays) unless
-// a renewal is confirmed first.
+// once no quorum of nodes is known to hold it (a quorum said the lock is no
+// longer ours, or the nodes that still confirm it are too few: Lost is then
+// closed). Lost closes shortly before it (by TTL/20, at most 50ms, a margin
+// for scheduling delays) unless a renewal is confirmed first.
 func (k *Lock) ValidUntil() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -304,3 +304,38 @@ func TestRedlockSuspectNodes(t *testing.T) {
 		t.Errorf("second attempt took %s: it waited again for nodes that had just not answered", second)
 	}
 }
+
+// TestRedlockLostWhenNoQuorumKnown: a Redlock lock of 3 whose renewal is
+// confirmed by one node while another, which lost its data, finds the key
+// free and the third is down (a round that is unavailable, not refused)
+// has no quorum known to hold it: Lost closes at once, and another
+// Locker may then take the lock; the Locker's other locks are still told
+// of their own loss on time.
+func TestRedlockLostWhenNoQuorumKnown(t *testing.T) {
+	l, servers, clients := redlock(t, 3)
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	k, err := l.Acquire(ctx(t), "no-quorum", dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.Acquire(ctx(t), "no-quorum-other", dlock.WithTTL(1500*time.Millisecond), dlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node 1 loses the key, as after a restart without its data.
+	if err := clients[1].Del(ctx(t), "dlock:{no-quorum}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost(): // at its next renewal, TTL/3 on
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Lost open 5s after a node lost the key with another down (ValidUntil %v)", k.ValidUntil())
+	}
+	select {
+	case <-other.Lost():
+	case <-time.After(5 * time.Second):
+		t.Errorf("the other lock (TTL 1.5s, not renewed): Lost open after 5s (ValidUntil %v)", other.ValidUntil())
+	}
+}

@@ -368,6 +368,12 @@ func (k *Lock) untilLost() time.Duration { return k.untilLostAt(time.Now()) }
 // end of the validity, less a margin for the scheduling delay of the timer and of the
 // goroutine that receives from Lost, which the drift does not cover; k.mu is
 // held. A healthy lock never comes near it: it is renewed every TTL/3.
+//
+// A zero validity (no quorum is known to hold the key) is due at once:
+// Sub saturates on it, and the margin would wrap the result to centuries.
 func (k *Lock) untilLostAt(now time.Time) time.Duration {
+	if k.validUntil.IsZero() {
+		return -1
+	}
 	return k.validUntil.Sub(now) - lostMargin(k.ttl)
 }

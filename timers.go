@@ -72,7 +72,10 @@ func (t *lockTimers) set(k *Lock, at time.Time) {
 func (t *lockTimers) arm(m int64) {
 	if t.at == 0 || m < t.at {
 		t.at = m
-		d := time.Duration(m - mono(time.Now()))
+		d := time.Duration(0) // an instant past fires at once
+		if now := mono(time.Now()); m > now {
+			d = time.Duration(m - now) // (m - now, with m long past, could wrap)
+		}
 		if t.timer == nil {
 			t.timer = time.AfterFunc(d, t.fire)
 		} else {

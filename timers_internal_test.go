@@ -97,3 +97,40 @@ func TestLockTimersFire(t *testing.T) {
 		t.Errorf("the timer is set for %d, want the earliest place %d", ts.at, mono(now.Add(time.Hour)))
 	}
 }
+
+// TestZeroValidityIsLost: a lock that no quorum is known to hold (its
+// validity the zero time) is due to be reported lost at once: the margin
+// subtracted from a saturated duration must not wrap to centuries.
+func TestZeroValidityIsLost(t *testing.T) {
+	k := &Lock{ttl: 2 * time.Second}
+	if d := k.untilLostAt(time.Now()); d > 0 {
+		t.Errorf("untilLostAt with a zero validity = %v, want ≤ 0: lost", d)
+	}
+}
+
+// TestLockTimersLongPast: an instant long past (arm's for a zero validity)
+// fires at once, and does not keep the timer from firing for the others.
+func TestLockTimersLongPast(t *testing.T) {
+	var ts lockTimers
+	defer ts.stop()
+	zero, other := &Lock{released: true}, &Lock{released: true} // their ticks do nothing
+	zero.mu.Lock()
+	ts.set(zero, time.Time{}.Add(-50*time.Millisecond))
+	zero.mu.Unlock()
+	other.mu.Lock()
+	ts.set(other, time.Now().Add(10*time.Millisecond))
+	other.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ts.mu.Lock()
+		left := len(ts.heap)
+		ts.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d locks still in the heap 10s on (zero %v, other %v): the timer is stuck", left, zero.timerIdx != 0, other.timerIdx != 0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
