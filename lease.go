@@ -173,9 +173,26 @@ func (k *Lock) lateAnswer(i int, e effect) {
 func (k *Lock) cleanNode(i int, bury bool) {
 	at := time.Now()
 	if !k.released {
-		at = k.validUntil.Add(2 * drift(k.ttl))
+		at = k.heldUntil().Add(2 * drift(k.ttl))
 	}
 	k.l.clean(i, k.names, k.Token(), k.ttl, bury, at, true)
+}
+
+// heldUntil is the validity, or, when no quorum is known to hold the key
+// (a zero validity), the latest time until which a node is known to hold
+// it: the lock is lost, and the key still keeps others out until then.
+// k.mu is held.
+func (k *Lock) heldUntil() time.Time {
+	if !k.validUntil.IsZero() {
+		return k.validUntil
+	}
+	var last time.Time
+	for _, n := range k.nodes {
+		if n.until.After(last) {
+			last = n.until
+		}
+	}
+	return last
 }
 
 // cleanLeftovers has node i cleaned up after the lock's death: where a

@@ -64,7 +64,7 @@ type Lock struct {
 	// there (guarded by lockTimers.mu, not mu).
 	renewAt  time.Time
 	timerIdx int
-	// batchAt is the grid instant (Unix ms) at which the lock's renewal
+	// batchAt is the grid instant (monoMilli) at which the lock's renewal
 	// is due with others (see renewals); 0: none.
 	batchAt int64
 	// place is where the lock is in its Locker's renewals (guarded by

@@ -308,15 +308,18 @@ func TestRedlockSuspectNodes(t *testing.T) {
 // TestRedlockLostWhenNoQuorumKnown: a Redlock lock of 3 whose renewal is
 // confirmed by one node while another, which lost its data, finds the key
 // free and the third is down (a round that is unavailable, not refused)
-// has no quorum known to hold it: Lost closes at once, and another
-// Locker may then take the lock; the Locker's other locks are still told
-// of their own loss on time.
+// has no quorum known to hold it: Lost closes at that renewal. The node
+// that still holds the key keeps it until it would have expired anyway
+// (the holder's time to stop), so another Locker cannot take the lock
+// before then; and the Locker's other locks are still told of their own
+// loss on time.
 func TestRedlockLostWhenNoQuorumKnown(t *testing.T) {
 	l, servers, clients := redlock(t, 3)
 	if err := servers[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	k, err := l.Acquire(ctx(t), "no-quorum", dlock.WithTTL(2*time.Second))
+	const ttl = 3 * time.Second
+	k, err := l.Acquire(ctx(t), "no-quorum", dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,6 +335,27 @@ func TestRedlockLostWhenNoQuorumKnown(t *testing.T) {
 	case <-k.Lost(): // at its next renewal, TTL/3 on
 	case <-time.After(5 * time.Second):
 		t.Fatalf("Lost open 5s after a node lost the key with another down (ValidUntil %v)", k.ValidUntil())
+	}
+	lostAt := time.Now()
+	pttl := clients[0].PTTL(ctx(t), "dlock:{no-quorum}").Val()
+	if pttl < ttl/3 {
+		t.Fatalf("node 0's key has %s left at Lost; the renewal it confirmed gave it %s", pttl, ttl)
+	}
+	// Until well before that key expires, it stays, and the lock cannot be
+	// taken (nodes 1 and 2 are not a quorum).
+	l2, err := dlock.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	for time.Since(lostAt) < pttl/2 {
+		if clients[0].Exists(ctx(t), "dlock:{no-quorum}").Val() == 0 {
+			t.Fatalf("node 0's key (%s left at Lost) was cleaned up %s after Lost, before it would have expired", pttl, time.Since(lostAt))
+		}
+		if k2, err := l2.TryAcquire(ctx(t), "no-quorum"); err == nil {
+			t.Fatalf("another Locker took the lock %s after Lost (fence %d), while node 0 still held its key", time.Since(lostAt), k2.Fence())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	select {
 	case <-other.Lost():

@@ -18,7 +18,8 @@ const maxBatch = 64
 // renewals is a Locker's schedule of the auto-renewals that run together:
 // a lock's regular renewal (every TTL/3, after a confirmed round) is due at
 // an instant of a grid (renewGrid: a power of two milliseconds, about a
-// twelfth of the TTL, counted from the Unix epoch), the last grid instant
+// twelfth of the TTL, in ms on the monotonic clock (monoMilli), so that a
+// step of the wall clock moves no renewal), the last grid instant
 // not after the renewal would have been due. When an instant comes, the
 // locks due then are renewed together, and with them those due within
 // the next two steps of their grid (renewed up to TTL/6 early): one
@@ -32,7 +33,7 @@ const maxBatch = 64
 // for the grid.
 type renewals struct {
 	mu sync.Mutex
-	// due holds, per grid instant (Unix ms), the locks whose batchAt is
+	// due holds, per grid instant (monoMilli), the locks whose batchAt is
 	// that instant. A lock leaves it when it is taken, rescheduled,
 	// released or lost (remove): the schedule keeps no lock alive.
 	due   map[int64][]dueEntry
@@ -89,7 +90,7 @@ func (k *Lock) planRenewal(now time.Time, d time.Duration) {
 		k.arm()
 		return
 	}
-	at := now.Add(d).UnixMilli()
+	at := monoMilli(now.Add(d))
 	at -= at % g
 	k.renewAt = time.Time{}
 	k.batchAt = at
@@ -128,7 +129,7 @@ func (r *renewals) add(at int64, e dueEntry) {
 		return
 	}
 	r.at = at
-	d := time.Until(time.UnixMilli(at))
+	d := untilMilli(at)
 	if r.timer == nil {
 		r.timer = time.AfterFunc(d, func() { r.fire(r.take()) })
 	} else {
@@ -169,7 +170,7 @@ func (r *renewals) removeLocked(k *Lock) {
 func (r *renewals) take() []dueLock {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now().UnixMilli()
+	now := monoMilli(time.Now())
 	var due []dueLock
 	next := int64(0)
 	for at, es := range r.due {
@@ -195,7 +196,7 @@ func (r *renewals) take() []dueLock {
 	}
 	r.at = next
 	if next != 0 {
-		r.timer.Reset(time.Until(time.UnixMilli(next)))
+		r.timer.Reset(untilMilli(next))
 	}
 	return due
 }

@@ -641,3 +641,55 @@ func TestRenewalsShortGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendShortGroupKeys: a short group of extend.lua reads and writes
+// only its two keys: a user allowed only the lock's key and its fence
+// counter renews with it (and keeps the counter), while a whole group with
+// metadata is refused there; and a short group finds a semaphore's sorted
+// set not its own (0), writing nothing.
+func TestExtendShortGroupKeys(t *testing.T) {
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	nm := keys.Make("dlock:", "acl-short")
+	if err := admin.Do(ctx(t), "ACL", "SETUSER", "narrow", "on", ">pw", "+@all",
+		"resetkeys", "~"+nm.Lock(), "~"+nm.Fence()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	narrow := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "narrow", Password: "pw"})
+	defer narrow.Close()
+	if err := admin.Set(ctx(t), nm.Lock(), "tok", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := script.NewExtendCall(1, true, "60000", "0", "60000")
+	c.AddShort(nm.ExtendKeysShort(), "tok", "5")
+	v, err := script.Extend.Run(ctx(t), narrow, c.Command())
+	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(1) {
+		t.Fatalf("a short group by a user allowed only its two keys: %v, %v", v, err)
+	}
+	if p := admin.PTTL(ctx(t), nm.Lock()).Val(); p < 50*time.Second {
+		t.Errorf("the lock's PTTL after the short group: %s", p)
+	}
+	if f := admin.Get(ctx(t), nm.Fence()).Val(); f == "" {
+		t.Error("the short group did not keep the fence counter")
+	}
+	w := script.NewExtendCall(1, false, "60000", "0", "60000")
+	w.Add(nm.ExtendKeys(), "tok", "meta", "1", "5")
+	v, err = script.Extend.Run(ctx(t), narrow, w.Command())
+	if a, _ := v.([]any); err == nil && len(a) == 1 && a[0] == int64(1) {
+		t.Error("a whole group with metadata succeeded for a user without the metadata key: the ACL check of this test is void")
+	}
+
+	sm := keys.Make("dlock:", "sem-short")
+	admin.ZAdd(ctx(t), sm.Lock(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "tok"})
+	admin.Set(ctx(t), sm.Limit(), "3", 0)
+	c = script.NewExtendCall(1, true, "60000", "0", "60000")
+	c.AddShort(sm.ExtendKeysShort(), "tok", "5")
+	v, err = script.Extend.Run(ctx(t), admin, c.Command())
+	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(0) {
+		t.Errorf("a short group on a semaphore: %v, %v, want [0]", v, err)
+	}
+	if admin.Exists(ctx(t), sm.Fence()).Val() != 0 {
+		t.Error("a short group on a semaphore wrote the fence counter")
+	}
+}

@@ -48,6 +48,14 @@ var monoBase = time.Now()
 // time is before every instant.
 func mono(t time.Time) int64 { return int64(t.Sub(monoBase)) }
 
+// monoMilli is mono(t) in whole milliseconds (the renewals' grid).
+func monoMilli(t time.Time) int64 { return mono(t) / int64(time.Millisecond) }
+
+// untilMilli is how long from now until the instant ms (of monoMilli).
+func untilMilli(ms int64) time.Duration {
+	return time.Duration(ms*int64(time.Millisecond) - mono(time.Now()))
+}
+
 // set has k tick at instant at: it puts k in the heap there, or moves it
 // there if that is earlier than its place, or notes it (want). k.mu is
 // held.
