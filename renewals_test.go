@@ -219,21 +219,8 @@ func TestRenewalsBatchFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Thaw()
-	// Each lock's Lost is watched on its own: waiting for them in turn
-	// would see a lock's Lost only after the one before it.
 	lostAt := make([]time.Time, len(locks))
-	for i, k := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-k.Lost():
-				lostAt[i] = time.Now()
-			case <-time.After(10 * time.Second):
-			}
-		}()
-	}
-	wg.Wait()
+	watchLost(locks, 10*time.Second, func(i int) { lostAt[i] = time.Now() })()
 	for i, k := range locks {
 		if lostAt[i].IsZero() {
 			t.Errorf("%s: Lost did not fire while Redis was frozen", k.Key())
@@ -246,6 +233,26 @@ func TestRenewalsBatchFrozen(t *testing.T) {
 			t.Errorf("%s: Lost at %s, after the key could have expired (%s)", k.Key(), lostAt[i].Format(time.StampMicro), expiry.Format(time.StampMicro))
 		}
 	}
+}
+
+// watchLost watches each lock's Lost on a goroutine of its own (waiting for
+// them in turn would see a lock's Lost only after the one before it) for
+// at most d, and calls lost(i) there once lock i's closes; the returned
+// function waits for every watcher.
+func watchLost(locks []*dlock.Lock, d time.Duration, lost func(i int)) (wait func()) {
+	var wg sync.WaitGroup
+	for i, k := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-k.Lost():
+				lost(i)
+			case <-time.After(d):
+			}
+		}()
+	}
+	return wg.Wait
 }
 
 // confirmations is a go-redis hook that records, per lock key, when the
@@ -461,27 +468,18 @@ func TestLostEachAtItsOwnInstant(t *testing.T) {
 		stillValid []bool // whether each other lock was still held then
 	}
 	seenAt := make([]seen, len(locks))
-	var wg sync.WaitGroup
-	for i, k := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	wait := watchLost(locks, 15*time.Second, func(i int) {
+		now := time.Now()
+		sn := seen{at: now, stillValid: make([]bool, len(locks))}
+		for j, o := range locks {
 			select {
-			case <-k.Lost():
-				now := time.Now()
-				sn := seen{at: now, stillValid: make([]bool, len(locks))}
-				for j, o := range locks {
-					select {
-					case <-o.Lost():
-					default:
-						sn.stillValid[j] = o.ValidUntil().After(now)
-					}
-				}
-				seenAt[i] = sn
-			case <-time.After(15 * time.Second):
+			case <-o.Lost():
+			default:
+				sn.stillValid[j] = o.ValidUntil().After(now)
 			}
-		}()
-	}
+		}
+		seenAt[i] = sn
+	})
 	// Every auto-renewed lock renewed once, so that its validity counts
 	// from a renewal; then Redis freezes.
 	waitFor(t, func() bool { return rec.allAfter(acquired.Add(time.Millisecond), renewing) }, "a renewal of every auto-renewed lock")
@@ -492,7 +490,7 @@ func TestLostEachAtItsOwnInstant(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Thaw()
-	wg.Wait()
+	wait()
 	for i, k := range locks {
 		sn := seenAt[i]
 		if sn.at.IsZero() {
