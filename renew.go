@@ -221,8 +221,9 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		return idx[i]
 	}
 	recorded := make(chan struct{})
-	call := script.NewExtendCall(1, regain == "0" && k.short(), l.ttlArg(ttl), regain, l.retentionArg)
-	k.addTo(call, regain == "0" && k.short())
+	short := regain == "0" && k.short() // a regain is whole
+	call := script.NewExtendCall(1, short, l.ttlArg(ttl), regain, l.retentionArg)
+	k.addTo(call, short)
 	cmd := call.Command()
 	need := k.quorum
 	if idx != nil {
