@@ -109,6 +109,7 @@ func TestLivenessFenceKeptByRenewals(t *testing.T) {
 // from its own, higher counter; reads must report the term the leader holds,
 // and an observer that started then must follow the next leader.
 func TestLivenessObserverAfterInflatedTerm(t *testing.T) {
+	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	servers := dlocktest.StartN(t, 3)
 	clients := dlocktest.Clients(t, servers...)
 	a, err := dlock.NewRedlock(clients)

@@ -314,6 +314,7 @@ func TestRedlockSuspectNodes(t *testing.T) {
 // before then; and the Locker's other locks are still told of their own
 // loss on time.
 func TestRedlockLostWhenNoQuorumKnown(t *testing.T) {
+	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	l, servers, clients := redlock(t, 3)
 	if err := servers[2].Kill(); err != nil {
 		t.Fatal(err)

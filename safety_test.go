@@ -300,6 +300,7 @@ func TestFenceExact(t *testing.T) {
 // Item 4: an acquisition that timed out on a frozen node, which runs it when
 // it resumes, leaves no key behind.
 func TestTimedOutAcquireLeavesNoKey(t *testing.T) {
+	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T, s *dlocktest.Server) *redis.Client
@@ -339,6 +340,7 @@ func TestTimedOutAcquireLeavesNoKey(t *testing.T) {
 // Item 4: a renewal that a frozen node runs after the lock was reported lost,
 // but before its key expired, does not keep the key for another TTL.
 func TestLateRenewalOfLostLockCleanedUp(t *testing.T) {
+	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	s := dlocktest.Start(t)
 	l := newLocker(t, ctxClient(t, s))
 	const ttl = 6 * time.Second
