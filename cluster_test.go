@@ -94,7 +94,6 @@ func TestClusterSlots(t *testing.T) {
 // counter); with WithReplicaAck, a lock is granted only once a replica has
 // it, so that window is closed.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
 	cc := cl.Client()
 	defer cc.Close()

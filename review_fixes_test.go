@@ -51,7 +51,6 @@ func TestReplicaAckWaitRefused(t *testing.T) {
 // topology change, not a misconfiguration. Without WithReplicaAck the
 // ClusterClient follows the redirect.
 func TestReplicaAckAfterManualFailover(t *testing.T) {
-	t.Parallel() // mostly waits (a failover, a freeze, validities): beside the other waiting tests
 	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
 	cc := cl.Client()
 	defer cc.Close()
