@@ -305,9 +305,9 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 	switch {
 	case nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
 		r.at[fmt.Sprint(args[3])] = sent
-	case len(args) > 3+nkeys+3 && len(reply) > 0: // extend.lua: groups of W keys, W its ARGV[4]
-		w, _ := strconv.Atoi(fmt.Sprint(args[3+nkeys+3]))
-		if w == 0 || nkeys != w*len(reply) {
+	default:
+		_, locks := extendGroups(args)
+		if len(locks) == 0 || len(locks) != len(reply) {
 			return
 		}
 		if len(reply) > 1 {
@@ -315,10 +315,29 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 		}
 		for g, x := range reply {
 			if x == int64(1) {
-				r.at[fmt.Sprint(args[3+w*g])] = sent
+				r.at[locks[g]] = sent
 			}
 		}
 	}
+}
+
+// extendGroups reads an extend.lua command (EVALSHA or EVAL of it): the
+// width of its groups (its ARGV[4]) and each group's lock key, in order;
+// nothing for another command.
+func extendGroups(args []any) (width string, locks []string) {
+	if len(args) < 3 || (args[1] != script.Extend.SHA() && args[1] != any(script.Extend.Source())) {
+		return "", nil
+	}
+	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	if len(args) <= 3+nkeys+3 {
+		return "", nil
+	}
+	width = fmt.Sprint(args[3+nkeys+3])
+	w, _ := strconv.Atoi(width)
+	for g := 0; w > 0 && g < nkeys/w; g++ {
+		locks = append(locks, fmt.Sprint(args[3+w*g]))
+	}
+	return width, locks
 }
 
 func (r *confirmations) last(key string) time.Time {
@@ -542,20 +561,10 @@ func (r *extendWidths) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (r *extendWidths) record(cmd redis.Cmder) {
-	args := cmd.Args()
-	if len(args) < 3 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-		return
-	}
-	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
-	if len(args) <= 3+nkeys+3 || nkeys == 8 { // acquire.lua, release.lua
-		return
-	}
-	width := fmt.Sprint(args[3+nkeys+3])
-	w, _ := strconv.Atoi(width)
+	width, locks := extendGroups(cmd.Args())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for g := 0; w > 0 && g < nkeys/w; g++ {
-		key := fmt.Sprint(args[3+w*g])
+	for _, key := range locks {
 		r.w[key] = append(r.w[key], width)
 	}
 }
