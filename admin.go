@@ -178,8 +178,8 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 	var get, fence, limit *redis.StringCmd
 	var pttl *redis.DurationCmd
 	var waiters *redis.IntCmd
-	var meta *redis.MapStringStringCmd
-	var permits, writers *redis.ZSliceCmd
+	var meta, leases *redis.MapStringStringCmd
+	var permits *redis.ZSliceCmd
 	var now *redis.TimeCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, nm.Lock())
@@ -189,7 +189,7 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 		meta = p.HGetAll(ctx, nm.Meta())
 		permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
 		limit = p.Get(ctx, nm.Limit())
-		writers = p.ZRangeWithScores(ctx, nm.Writers(), 0, -1)
+		leases = p.HGetAll(ctx, nm.Leases()) // and the writers' intents' ends
 		now = p.Time(ctx)
 		return nil
 	})
@@ -206,8 +206,8 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 		ns.Limit, _ = strconv.Atoi(limit.Val())
 		ns.Shared = limit.Val() == "0"
 	}
-	for _, z := range writers.Val() {
-		if int64(z.Score) > nowMS {
+	for f, end := range leases.Val() {
+		if e, _ := strconv.ParseInt(end, 10, 64); strings.HasPrefix(f, "i:") && e > nowMS {
 			ns.Writers++
 		}
 	}

@@ -147,7 +147,12 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			a := args
 			if regs != nil {
 				reg := regs[i]
-				a = argv.WaiterCommand(nm.AcquireKeys(), script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh})
+				w := script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh}
+				if cfg.shared {
+					a = argv.SharedWaiterCommand(nm.AcquireKeys(), w, l.waker(i, nm))
+				} else {
+					a = argv.WaiterCommand(nm.AcquireKeys(), w)
+				}
 			}
 			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
 			if err != nil {

@@ -269,12 +269,14 @@
 // With [WithShared] an acquisition is a shared (read) hold: the permits of a
 // semaphore without a limit (the key's sorted set, "dlock:{K}:limit" "0"),
 // which a plain lock of the key (the writer) excludes and is excluded by. A
-// waiting writer keeps an intent in "dlock:{K}:writers", which it renews on
-// every attempt and which ends one TTL (its own) after its last one; a
-// shared acquisition that came after it waits. Releases wake as for a lock,
-// except that a shared release wakes nobody while other shared holds remain,
-// and a release that wakes a shared waiter wakes every shared waiter queued
-// after it up to the next writer, each with a reservation. A shared hold
+// waiting writer keeps an intent in "dlock:{K}:writers" (at its queue
+// position; its end in "dlock:{K}:wexp"), which it renews on every attempt
+// and which ends one TTL (its own) after its last one; a shared acquisition
+// that came after it waits. Releases wake as for a lock, except that a
+// shared release wakes nobody while other shared holds remain, and a
+// release that wakes a shared waiter wakes every shared waiter queued after
+// it up to the next writer, each with a reservation (100 at once, then two
+// more by each one woken as it takes its hold). A shared hold
 // needs a majority, as a lock. Fences: on one Redis every hold's fence is
 // its own; over NewRedlock two shared holds granted at once may get the same
 // fence (as two permits may), a writer's never. In each case a writer's

@@ -235,7 +235,11 @@ func WithLimit(n int) LockOption {
 //
 // Waiting costs what waiting for a lock costs: the last shared release
 // wakes the waiting writer; an exclusive release wakes every shared waiter
-// queued before the next exclusive one, at once. A shared holder that died
+// queued before the next exclusive one, however many: the release wakes the
+// first 100 and each shared waiter woken, as it takes its hold, wakes the
+// next two (each script stays bounded). The order is exact whatever the
+// number of writers: a shared acquisition is refused while any writer
+// queued before it (or woken and not yet come) waits. A shared holder that died
 // without releasing blocks a writer until its TTL runs out, as a lock's
 // holder does; a writer that shared holds keep waiting claims the key on
 // every attempt (at least every third of its TTL), and one that died or

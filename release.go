@@ -201,6 +201,20 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 // noSlotTag is release.lua's slot tag off a Cluster.
 var noSlotTag any = ""
 
+// waker returns what a script that wakes waiters of nm on node i needs
+// (release.lua, and a shared waiter's acquire.lua).
+func (l *Locker) waker(i int, nm *keys.Names) script.Waker {
+	wk := script.Waker{InboxPrefix: l.inboxesArg, Listeners: "1", SlotTag: noSlotTag, Reserve: l.reserveArg}
+	if l.nodes[i].Cluster {
+		// An inbox's subscription may sit on another node of the Cluster:
+		// PUBLISH does not count its receivers there.
+		wk.Listeners = "0"
+		// A waiter's sharded inbox listens in the key's slot.
+		wk.SlotTag = keys.SlotTag(keys.Slot(nm.Lock()))
+	}
+	return wk
+}
+
 // runRelease runs release.lua with c, node i's client: expected is the
 // owner token or a reservation "~ID"; leaving is a waiter id to remove from
 // the queue, or ""; wake says whether to wake the next waiter; meta whether
@@ -208,7 +222,7 @@ var noSlotTag any = ""
 // to leave a tombstone for expected, a dead token of which a command may
 // still run (see cleaner).
 func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
-	var w, m, listeners, tomb, tag any = "0", "0", "1", "0", noSlotTag
+	var w, m, tomb any = "0", "0", "0"
 	if wake {
 		w = "1"
 	}
@@ -218,15 +232,9 @@ func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient,
 	if bury {
 		tomb = buryForArg
 	}
-	if l.nodes[i].Cluster {
-		// An inbox's subscription may sit on another node of the Cluster:
-		// PUBLISH does not count its receivers there.
-		listeners = "0"
-		// A waiter's sharded inbox listens in the key's slot.
-		tag = keys.SlotTag(keys.Slot(nm.Lock()))
-	}
-	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: l.inboxesArg, Reserve: l.reserveArg, Leaving: leaving,
-		Wake: w, Metadata: m, Listeners: listeners, Bury: tomb, Retention: l.retentionArg, SlotTag: tag}
+	wk := l.waker(i, nm)
+	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: wk.InboxPrefix, Reserve: wk.Reserve, Leaving: leaving,
+		Wake: w, Metadata: m, Listeners: wk.Listeners, Bury: tomb, Retention: l.retentionArg, SlotTag: wk.SlotTag}
 	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys()))
 	return script.IntReply("release", v, err)
 }

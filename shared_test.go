@@ -576,3 +576,76 @@ func TestSharedIdleWaiters(t *testing.T) {
 	}
 	_ = h.Release(ctx(t))
 }
+
+// TestSharedWakesEveryReader: an exclusive release, and a waiting writer
+// that gives up, wake every shared waiter queued before the next writer,
+// however many there are (a release once woke at most 101, and the rest
+// slept until their timer: the old holder's TTL of 20s here).
+func TestSharedWakesEveryReader(t *testing.T) {
+	const readers = 130
+	s := dlocktest.Start(t)
+	ls := []*dlock.Locker{newLocker(t, s.Client()), newLocker(t, s.Client()), newLocker(t, s.Client())}
+	waitAll := func(what string, got <-chan *dlock.Lock) {
+		t.Helper()
+		var ks []*dlock.Lock
+		deadline := time.After(5 * time.Second)
+		for len(ks) < readers {
+			select {
+			case k := <-got:
+				ks = append(ks, k)
+			case <-deadline:
+				t.Fatalf("%s: %d of the %d shared waiters got in within 5s", what, len(ks), readers)
+			}
+		}
+		for _, k := range ks {
+			if k != nil {
+				_ = k.Release(ctx(t))
+			}
+		}
+	}
+	queueReaders := func(key string, before int64) <-chan *dlock.Lock {
+		got := make(chan *dlock.Lock, readers)
+		for i := range readers {
+			go func() {
+				k, err := ls[i%len(ls)].Acquire(ctxTimeout(t, 60*time.Second), key, dlock.WithShared())
+				if err != nil {
+					t.Error(err)
+				}
+				got <- k
+			}()
+		}
+		waitFor(t, func() bool {
+			st, _ := ls[0].Status(ctx(t), key)
+			return st.Waiters == before+readers
+		}, "the readers queued")
+		return got
+	}
+
+	// An exclusive holder with a long TTL releases.
+	w, err := ls[0].Acquire(ctx(t), "many", dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := queueReaders("many", 0)
+	if err := w.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitAll("after an exclusive release", got)
+
+	// A writer waits behind a shared hold, readers behind it; it gives up.
+	h, err := ls[0].Acquire(ctx(t), "many2", dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx(t))
+	wl := newLocker(t, s.Client())
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _, _ = wl.Acquire(wctx, "many2", dlock.WithTTL(20*time.Second)) }()
+	waitFor(t, func() bool { st, _ := ls[0].Status(ctx(t), "many2"); return st.Writers == 1 }, "the writer's intent")
+	got = queueReaders("many2", 1)
+	cancel()
+	<-wdone
+	waitAll("after the waiting writer gave up", got)
+}

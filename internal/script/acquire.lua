@@ -11,9 +11,12 @@
 -- KEYS[4] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- KEYS[5] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
 -- KEYS[6] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
--- KEYS[7] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms)
--- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter -> the end of
---                                          its intent, server ms; see "Shared holds")
+-- KEYS[7] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms;
+--                                          and "i:" .. an exclusive waiter -> the
+--                                          end of its intent, server ms)
+-- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter with an intent
+--                                          -> its queue position, 0 once woken;
+--                                          see "Shared holds")
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
@@ -33,6 +36,10 @@
 -- ARGV[9] queued         "1" if the waiter may sit in the waiting set (remove it on success)
 -- ARGV[10] refresh       "1" to write the registration on failure even if it
 --                        is still there (it was popped, or its lease is old)
+-- ARGV[11..14], only for a shared hold's waiter (absent: its grant wakes no
+-- one), as release.lua's ARGV[2], ARGV[7], ARGV[10] and ARGV[3]:
+-- ARGV[11] inbox prefix, ARGV[12] listeners, ARGV[13] slot tag, ARGV[14]
+-- reserve ms
 --
 -- Returns {1, fence} on success, the fence as a decimal string. The fence is
 -- the server's time in microseconds when the counter does not exist (first
@@ -87,14 +94,22 @@
 --
 -- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
 -- whose KEYS[4] is "0". One is granted while the key is free or shared,
--- unless a writer waits ahead of the caller: KEYS[8] holds the intent of
--- each exclusive waiter, with an end one TTL (the writer's) after its last
--- failed attempt; a live intent whose waiter sits in the waiting set at a
--- lower position than the caller's (any position, for a caller not yet
--- queued), or no longer sits there (it was woken), refuses the grant, and
--- the reply's pttl is the time until that intent ends. A reservation for
+-- unless a writer waits ahead of the caller: KEYS[8] holds each exclusive
+-- waiter with an intent at its queue position (0 once a release woke it:
+-- ahead of everyone), and KEYS[7] the intent's end ("i:" .. WAITER), one
+-- TTL (the writer's) after its last failed attempt. The writers are read
+-- in queue order and the first live intent decides: if it is at a lower
+-- position than the caller's (any position, for a caller not yet queued)
+-- it refuses the grant, and the reply's pttl is the time until it ends;
+-- else no writer is ahead. The check is exact for any number of writers
+-- and reads two commands (16 intents at most): dead intents at the head
+-- are passed and removed, and past 16 of them the caller is refused with
+-- a pttl of 1 ms (it tries again once they are gone). A reservation for
 -- the caller (a member "~WAITER", made by release.lua for the readers it
--- woke) or a live hold of its own is granted whatever the intents. An
+-- woke) or a live hold of its own is granted whatever the intents. A
+-- queued shared waiter's grant wakes the shared waiters then at the head
+-- of the queue, if no writer is ahead of them (two at most, each with a
+-- reservation; see release.lua), so that a release wakes them all. An
 -- exclusive acquisition of a shared key waits while any hold or reservation
 -- is live, its pttl then at most a third of its TTL, so that it renews its
 -- intent (written by every such failed attempt of an exclusive waiter, and
@@ -224,30 +239,61 @@ local function register(waiter, pos)
     redis.call('ZADD', KEYS[6], pos, waiter)
     redis.call('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
     redis.call('PEXPIRE', KEYS[6], ARGV[7])
-    redis.call('PEXPIRE', KEYS[7], ARGV[7])
+    if redis.call('PTTL', KEYS[7]) < tonumber(ARGV[7]) then
+      redis.call('PEXPIRE', KEYS[7], ARGV[7]) -- writers' intents may need it longer
+    end
   end
   return pos
 end
--- intend writes an exclusive waiter's intent: it ends one TTL from now.
-local function intend()
-  local now = clock()
-  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
-  redis.call('ZADD', KEYS[8], now + tonumber(ARGV[2]), waiter)
-  local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[8], last)
-end
--- writerAhead returns the ms until the first live intent of a writer ahead
--- of the caller ends, or false when there is none (see "Shared holds").
-local function writerAhead(now)
-  local ws = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 16)
-  local mine = tonumber(ARGV[8] or '0')
-  for i = 1, #ws, 2 do
-    local p = redis.call('ZSCORE', KEYS[6], ws[i])
-    if mine == 0 or not p or tonumber(p) < mine then
-      return math.max(tonumber(ws[i + 1]) - now, 1)
+-- intend writes an exclusive waiter's intent, at its queue position pos: it
+-- ends one TTL from now. The keys live as long as their longest entry.
+local function intend(pos)
+  local ttl = tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[8], pos, waiter)
+  redis.call('HSET', KEYS[7], 'i:' .. waiter, clock() + ttl)
+  for k = 7, 8 do
+    if redis.call('PTTL', KEYS[k]) < ttl then
+      redis.call('PEXPIRE', KEYS[k], ttl)
     end
   end
+end
+-- deadIntents: the dead intents that writerAhead passed, removed by
+-- pruneIntents once nothing can fail.
+local deadIntents = {}
+-- writerAhead returns the ms until the intent of the first writer ahead of a
+-- waiter at queue position mine ends (mine 0: a caller not queued, which
+-- every writer is ahead of), or false when there is none (see "Shared
+-- holds"). It writes nothing.
+local function writerAhead(now, mine)
+  local ws = redis.call('ZRANGE', KEYS[8], 0, 15, 'WITHSCORES')
+  if #ws == 0 then
+    return false
+  end
+  local fields = {}
+  for i = 1, #ws, 2 do
+    fields[#fields + 1] = 'i:' .. ws[i]
+  end
+  local ends = redis.call('HMGET', KEYS[7], unpack(fields))
+  for j = 1, #fields do
+    local e = tonumber(ends[j] or '0')
+    if e > now then
+      if mine == 0 or tonumber(ws[2 * j]) < mine then
+        return math.max(e - now, 1)
+      end
+      return false
+    end
+    deadIntents[#deadIntents + 1] = ws[2 * j - 1]
+  end
+  if #ws == 32 then
+    return 1 -- 16 dead intents: once they are removed, the next ones
+  end
   return false
+end
+local function pruneIntents()
+  for _, w in ipairs(deadIntents) do
+    redis.call('ZREM', KEYS[8], w)
+    redis.call('HDEL', KEYS[7], 'i:' .. w)
+  end
 end
 -- done finishes a grant: the fence, the holder's entries, the waiter's
 -- registration. own: the lock already held the token (a retried command);
@@ -281,8 +327,8 @@ local function done(c, own, last, now)
     redis.call('ZREM', KEYS[6], waiter)
     redis.call('HDEL', KEYS[7], waiter)
   end
-  if waiter ~= '' and exclusive then
-    redis.pcall('ZREM', KEYS[8], waiter) -- a writers key of another type: left alone
+  if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 then -- another type: left alone
+    redis.call('HDEL', KEYS[7], 'i:' .. waiter)
   end
   return {1, fence}
 end
@@ -303,8 +349,9 @@ local function busy(pttl, intent)
     end
     pos = p
     if intent then
-      intend()
+      intend(pos)
     end
+    pruneIntents()
   end
   return {0, pttl, pos}
 end
@@ -316,13 +363,18 @@ local function claims(now)
   return mine and tonumber(mine) > now, resv and tonumber(resv) > now
 end
 -- permit writes a semaphore's or a shared hold's grant (resv: the caller's
--- reservation was taken) and returns the reply.
-local function permit(c, now, resv)
+-- reservation was taken; wake: a function that wakes the waiters after it,
+-- or false) and returns the reply.
+local function permit(c, now, resv, wake)
   prune(now)
+  pruneIntents()
   if resv then
     redis.call('ZREM', KEYS[1], '~' .. waiter)
   end
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+  if wake then
+    wake(now)
+  end
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[1], last)
   redis.call('SET', KEYS[4], ARGV[5])
@@ -375,7 +427,7 @@ if ARGV[5] == '0' then
   end
   local mine, resv = claims(now)
   if not (mine or resv) then
-    local wait = writerAhead(now)
+    local wait = writerAhead(now, tonumber(ARGV[8] or '0'))
     if wait then
       return busy(wait)
     end
@@ -384,7 +436,27 @@ if ARGV[5] == '0' then
   if bad then
     return bad
   end
-  return permit(c, now, resv)
+  local wake = false
+  if queued and ARGV[11] then
+    local INBOX, LISTENERS, TAG = ARGV[11], ARGV[12], ARGV[13]
+    -- #include wake.lua
+    -- wake wakes the shared waiters at the head of the queue, two at most,
+    -- if no writer is ahead of them, each with a reservation.
+    wake = function(now)
+      local head = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+      if #head == 0 or not reader(head[1]) or writerAhead(now, tonumber(head[2])) then
+        return
+      end
+      local woken = {}
+      wakeReaders(2, woken, now)
+      if tonumber(ARGV[14]) > 0 then
+        for _, w in ipairs(woken) do
+          redis.call('ZADD', KEYS[1], now + tonumber(ARGV[14]), '~' .. w)
+        end
+      end
+    end
+  end
+  return permit(c, now, resv, wake)
 end
 
 local c, bad
@@ -410,7 +482,7 @@ if not exclusive then
     if bad then
       return bad
     end
-    return permit(c, now, resv)
+    return permit(c, now, resv, false)
   end
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return busy(math.max(tonumber(first[2]) - now, 0))

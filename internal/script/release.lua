@@ -62,15 +62,19 @@
 -- woken waiter; if that waiter is gone, the reservation expires.
 -- Shared holds (see acquire.lua) wake nobody while another hold or
 -- reservation of the key is live: the last one wakes the next waiter. When
--- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), every waiter
--- after it up to the next exclusive one is woken too (at most 100 more per
--- release), each with a reservation "~WAITER" in the key's sorted set; the
--- stand-in is the waiter after them. A semaphore's release wakes one waiter,
--- whatever it waits for.
+-- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), the waiters
+-- after it up to the next exclusive one are woken too, each with a
+-- reservation "~WAITER" in the key's sorted set: 100 of them at most in
+-- this script, and each one woken, once it takes its hold, wakes the
+-- shared waiters then at the head of the queue (acquire.lua), so that
+-- every shared waiter queued before the next writer is woken, in batches;
+-- the stand-in is the waiter after the first batch. A semaphore's release
+-- wakes one waiter, whatever it waits for. A writer woken keeps its
+-- intent, at position 0: ahead of every reader (see acquire.lua).
 -- A leaving writer (ARGV[4]) whose intent kept shared waiters out wakes the
--- shared waiters at the head of the queue when no exclusive hold keeps
--- them out; a writer's registration dropped on the way (dead, or heard by
--- nobody) takes its intent with it.
+-- shared waiters at the head of the queue (100 at most, then as above)
+-- when no exclusive hold keeps them out; a writer's registration dropped
+-- on the way (dead, or heard by nobody) takes its intent with it.
 -- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
 -- closed its Locker or died: the server dropped the subscription with the
 -- connection) is passed over, for the woken waiter and for the stand-in
@@ -84,64 +88,8 @@ local function clock()
   end
   return now
 end
-local tag = ARGV[10] or ''
--- tell publishes msg to waiter w's inbox; it reports false when nobody can
--- have heard it (see ARGV[7]).
-local function tell(w, msg)
-  local id = string.match(w, '^[^:]*')
-  if tag ~= '' and string.sub(id, -1) == 's' then
-    -- As PUBLISH on a Cluster, the count is not exact: the inbox may
-    -- listen on one of the shard's replicas for a moment (after a
-    -- failover), which hears the message but is not counted. A server
-    -- without sharded pub/sub (Redis < 7.0), or a user without SPUBLISH,
-    -- refuses it: then the message goes with PUBLISH on the LOCKERID's
-    -- classic channel, which a sharded Locker also listens on (for the
-    -- releases of v0.1.0, which PUBLISH there), over the cluster bus.
-    local heard = redis.pcall('SPUBLISH', ARGV[2] .. '{' .. tag .. '}' .. id, msg .. ' ' .. w)
-    if type(heard) == 'number' then
-      return heard > 0 or ARGV[7] ~= '1'
-    end
-  end
-  -- Called after the release has written (the waiter popped, the lock
-  -- deleted): a refused PUBLISH (a user without the channel) must not fail
-  -- the script half-way. Nobody heard it, and the release goes on to the
-  -- next waiter.
-  local heard = redis.pcall('PUBLISH', ARGV[2] .. id, msg .. ' ' .. w)
-  return type(heard) == 'number' and (heard > 0 or ARGV[7] ~= '1')
-end
-local function live(w)
-  return tonumber(redis.call('HGET', KEYS[7], w) or '0') >= clock()
-end
-
-local function reader(w)
-  return string.find(w, '^[^:]*:r') ~= nil
-end
--- pop removes waiter w's lease (and its intent, if a writer's: a dead one
--- must not keep readers out) and wakes it; it reports whether its
--- registration was live and heard of it.
-local function pop(w)
-  local ok = live(w)
-  redis.call('HDEL', KEYS[7], w)
-  local heard = ok and tell(w, 'w')
-  if not heard then
-    redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
-  end
-  return heard
-end
--- wakeReaders wakes the shared waiters at the head of the queue, up to the
--- next writer and at most n, and appends those that heard of it to woken.
-local function wakeReaders(n, woken)
-  for _ = 1, n do
-    local w = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
-    if not w or not reader(w) then
-      break
-    end
-    redis.call('ZREM', KEYS[6], w)
-    if pop(w) then
-      woken[#woken + 1] = w
-    end
-  end
-end
+local INBOX, LISTENERS, TAG = ARGV[2], ARGV[7], ARGV[10] or ''
+-- #include wake.lua
 if ARGV[8] ~= '0' then
   -- The tombstone first, whatever the lock holds: the command it refuses
   -- may come later still. Expired ones are dropped on the way.
@@ -158,7 +106,7 @@ end
 local intentGone = false
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[6], ARGV[4])
-  redis.call('HDEL', KEYS[7], ARGV[4])
+  redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4])
   intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
 end
 local v = redis.pcall('GET', KEYS[1])
@@ -169,7 +117,7 @@ local shared = false -- the key's permits are shared holds
 local function nothing()
   if intentGone and type(v) ~= 'string' then
     -- After a writer's intent went, they may no longer wait.
-    wakeReaders(101, {})
+    wakeReaders(100, {}, clock())
   end
   return 0
 end
@@ -209,7 +157,7 @@ if wake then
     if #popped == 0 then
       break
     end
-    if pop(popped[1]) then
+    if pop(popped[1], clock()) then
       woken[1] = popped[1]
       break
     end
@@ -219,7 +167,7 @@ local nxt = woken[1]
 -- group: readers woken onto a lock or shared holds (not a semaphore's).
 local group = nxt and reader(nxt) and (shared or not sem)
 if group then
-  wakeReaders(100, woken)
+  wakeReaders(100, woken, clock())
 end
 
 local reserve = nxt and tonumber(ARGV[3]) > 0
@@ -281,9 +229,7 @@ if nxt then
     if tell(after, 's') then
       break
     end
-    redis.call('ZREM', KEYS[6], after)
-    redis.call('HDEL', KEYS[7], after)
-    redis.pcall('ZREM', KEYS[8], after)
+    dropWaiter(after)
   end
 end
 return 1

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,11 +27,13 @@ var (
 	extendSrc string
 	//go:embed raise.lua
 	raiseSrc string
+	//go:embed wake.lua
+	wakeSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
-	Acquire = newScript(acquireSrc, 8)
-	Release = newScript(releaseSrc, 8)
+	Acquire = newScript(include(acquireSrc), 8)
+	Release = newScript(include(releaseSrc), 8)
 	Extend  = newScript(extendSrc, 5)
 	Raise   = newScript(raiseSrc, 3)
 )
@@ -48,6 +51,17 @@ type Script struct {
 func newScript(src string, keys int) *Script {
 	h := sha1.Sum([]byte(src))
 	return &Script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys)}
+}
+
+// include returns src with each line "-- #include wake.lua" (indented or
+// not) replaced by wake.lua, the waking of waiters that release.lua and
+// acquire.lua share.
+func include(src string) string {
+	const directive = "-- #include wake.lua\n"
+	if !strings.Contains(src, directive) {
+		panic("script: no " + strings.TrimSpace(directive))
+	}
+	return strings.ReplaceAll(src, directive, wakeSrc)
 }
 
 // Source is the script's text.
@@ -124,6 +138,20 @@ func (a AcquireArgs) Command(keys []any) []any {
 func (a AcquireArgs) WaiterCommand(keys []any, w Waiter) []any {
 	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
 		w.Member, w.Lease, w.Position, w.Queued, w.Refresh)
+}
+
+// Waker are acquire.lua's ARGV[11..14], for a shared acquisition's waiter:
+// what its grant needs to wake the shared waiters after it, as release.lua
+// does (its ARGV[2], ARGV[7], ARGV[10] and ARGV[3]).
+type Waker struct {
+	InboxPrefix, Listeners, SlotTag, Reserve any
+}
+
+// SharedWaiterCommand is the command of acquire.lua with keys, a, w and k.
+func (a AcquireArgs) SharedWaiterCommand(keys []any, w Waiter, k Waker) []any {
+	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
+		w.Member, w.Lease, w.Position, w.Queued, w.Refresh,
+		k.InboxPrefix, k.Listeners, k.SlotTag, k.Reserve)
 }
 
 // ReleaseArgs are release.lua's ARGV (see its header).
