@@ -29,8 +29,9 @@ import (
 // the error of any release that could not be confirmed; the locks it had
 // taken are released before it returns, not left to their TTL (a node
 // that did not answer the release is cleaned up in the background, as for
-// a lock). A lock taken first that was lost while AcquireAll waited for the
-// others fails the call the same way, with an error wrapping ErrLockLost.
+// a lock). A lock taken first that is lost while AcquireAll waits for the
+// others ends the wait at once and fails the call the same way (the other
+// locks released), with an error wrapping ErrLockLost.
 // No keys, an empty key, a key named twice or an invalid option is an
 // error wrapping ErrInvalid.
 func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...LockOption) ([]*Lock, error) {
@@ -53,23 +54,31 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...LockOpti
 			return nil, giveBackAll(ctx, takenIn(tries, order), tries[i].err)
 		}
 	}
-	for _, i := range order[:next] {
-		locks[i] = tries[i].k
-	}
 	if err := releaseAll(ctx, extra); err != nil {
 		return nil, giveBackAll(ctx, takenIn(tries, order[:next]), err)
 	}
+	// The wait ends as soon as a lock already taken is lost.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	lostErr := fmt.Errorf("%w: a lock of %q was lost while AcquireAll waited for the others", ErrLockLost, keys)
+	hold := func(i int, k *Lock) {
+		locks[i] = k
+		k.onLost(func(error) { stop(lostErr) })
+	}
+	for _, i := range order[:next] {
+		hold(i, tries[i].k)
+	}
 	for _, i := range order[next:] {
-		k, err := l.Acquire(ctx, keys[i], opts...)
-		if err == nil && anyLost(locks) {
-			err = fmt.Errorf("%w: a lock of %q was lost while AcquireAll waited for the others", ErrLockLost, keys)
-			locks[i] = k
-			k = nil
+		k, err := l.Acquire(wctx, keys[i], opts...)
+		if k != nil {
+			hold(i, k)
+		}
+		if ctx.Err() == nil && errors.Is(context.Cause(wctx), ErrLockLost) {
+			err = lostErr // a lost lock ended the wait, or came with the grant
 		}
 		if err != nil {
 			return nil, giveBackAll(ctx, nonNil(locks), err)
 		}
-		locks[i] = k
 	}
 	return locks, nil
 }
@@ -147,15 +156,6 @@ func nonNil(locks []*Lock) []*Lock {
 		}
 	}
 	return ks
-}
-
-func anyLost(locks []*Lock) bool {
-	for _, k := range locks {
-		if k != nil && k.wasLost() {
-			return true
-		}
-	}
-	return false
 }
 
 // giveBackAll releases locks, all at once, and returns err joined with the

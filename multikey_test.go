@@ -276,3 +276,41 @@ func TestAcquireAllWaitsForFrozenRedis(t *testing.T) {
 		_ = k.Release(ctx(t))
 	}
 }
+
+// TestAcquireAllLostWhileWaiting: a lock AcquireAll took, lost while it
+// waits for the next key (which stays held), ends the wait at once: the
+// call fails with ErrLockLost, not at ctx's end with ErrNotAcquired, and
+// leaves nothing behind.
+func TestAcquireAllLostWhileWaiting(t *testing.T) {
+	l, _, c := single(t)
+	other := newLocker(t, c)
+	b, err := other.Acquire(ctx(t), "lost-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx(t))
+	type result struct {
+		locks []*dlock.Lock
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		locks, err := l.AcquireAll(ctxTimeout(t, 60*time.Second), []string{"lost-a", "lost-b"}, dlock.WithTTL(time.Second))
+		done <- result{locks, err}
+	}()
+	waitFor(t, func() bool { st, _ := other.Status(ctx(t), "lost-a"); return st.Held }, "AcquireAll to take the first key")
+	waitFor(t, func() bool { st, _ := other.Status(ctx(t), "lost-b"); return st.Waiters == 1 }, "AcquireAll to wait for the second key")
+	if _, err := other.ForceRelease(ctx(t), "lost-a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, dlock.ErrLockLost) || r.locks != nil {
+			t.Fatalf("AcquireAll after a lock it held was lost: %v, %v; want nil and ErrLockLost", r.locks, r.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("AcquireAll still waits 15s after a lock it held was lost")
+	}
+	// Its registration for the second key goes in the background.
+	waitFor(t, func() bool { st, _ := other.Status(ctx(t), "lost-b"); return st.Waiters == 0 }, "the registration to go")
+}
