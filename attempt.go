@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,7 +301,7 @@ func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, 
 	fence uint64, results []quorum.Result[script.AcquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
 	ok := true
 	if len(l.nodes) > 1 {
-		ok = l.raiseFences(ctx, nm, token, cfg.ttl, fence, results, timeout, res.q)
+		fence, ok = l.claimFences(ctx, nm, token, cfg.ttl, fence, results, timeout, res.q)
 	}
 	validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
 	if !ok || !time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
@@ -347,51 +348,86 @@ func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 	}
 }
 
-// raiseFences makes sure that at least a quorum of nodes holds a fence
-// counter ≥ fence: nodes of the granting quorum that returned less are raised
-// (compare-and-raise). It reports whether a quorum is confirmed.
-func (l *Locker) raiseFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64, results []quorum.Result[script.AcquireReply], timeout time.Duration, q int) bool {
-	confirmed := 0
-	var low []int
+// maxClaimRounds bounds the rounds in which a Redlock grant claims a larger
+// fence after another holder's reached its own on a node (see claimFences).
+const maxClaimRounds = 4
+
+// claimFences makes fence, the largest the granting nodes issued, the
+// holder's own on at least a quorum of them: a node claims it when it
+// issued it, or when raise.lua moves its counter from below it to it. Two
+// holders cannot both claim one value on a node (a counter never goes
+// down), and their quorums share a node: so no two holders, however close
+// their grants, get one fence; and the next holder's quorum shares a node
+// with this one, whose counter is at least fence by then: its fence is
+// larger. When a node's counter already holds fence or more (another
+// holder, granted at nearly the same moment in another order on each node,
+// has it), a larger fence (the largest counter seen, plus one and a small
+// jitter, so that two such holders do not claim one value again) is claimed
+// on every granting node, for at most maxClaimRounds rounds. It returns the
+// fence claimed and whether a quorum claimed it (if not, the grant is given
+// back and the caller tries again, as for a grant with no validity left).
+func (l *Locker) claimFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64,
+	results []quorum.Result[script.AcquireReply], timeout time.Duration, q int) (uint64, bool) {
+	claimed := 0
+	var low, all []int
 	for _, r := range results {
 		if r.Err == nil && r.Val.OK {
-			if r.Val.Fence >= fence {
-				confirmed++
+			all = append(all, r.Node)
+			if r.Val.Fence == fence {
+				claimed++
 			} else {
 				low = append(low, r.Node)
 			}
 		}
 	}
-	if confirmed >= q {
-		return true
+	for range maxClaimRounds {
+		if claimed >= q {
+			return fence, true
+		}
+		got, highest := l.raiseOn(ctx, nm, token, ttl, fence, low, q-claimed, timeout)
+		if claimed += got; claimed >= q {
+			return fence, true
+		}
+		fence = max(fence, highest) + 1 + mrand.Uint64N(256)
+		claimed, low = 0, all
 	}
-	need := q - confirmed
+	return fence, false
+}
+
+// raiseOn claims fence with raise.lua on the nodes idx, until need of them
+// did or they no longer can; it returns how many did, and the largest
+// counter of those that held fence or more already.
+func (l *Locker) raiseOn(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64,
+	idx []int, need int, timeout time.Duration) (claimed int, highest uint64) {
 	raise := script.RaiseArgs{Value: strconv.FormatUint(fence, 10), Life: l.counterLife(ttl), Token: token}
 	args := raise.Command(nm.RaiseKeys())
-	raised := func(r quorum.Result[uint64]) bool { return r.Err == nil && r.Val >= fence }
-	rs, _ := quorum.Fanout(ctx, l.subset(low), timeout,
-		func(ctx context.Context, _ int, c redis.UniversalClient) (uint64, error) {
+	rs, _ := quorum.Fanout(ctx, l.subset(idx), timeout,
+		func(ctx context.Context, _ int, c redis.UniversalClient) (script.RaiseReply, error) {
 			v, err := runOn(ctx, c, script.Raise, args)
 			if err != nil {
-				return 0, err
+				return script.RaiseReply{}, err
 			}
-			return script.ParseUint(v)
+			return script.ParseRaise(v)
 		},
-		func(rs []quorum.Result[uint64], _ int) bool {
+		func(rs []quorum.Result[script.RaiseReply], _ int) bool {
 			ok := 0
 			for _, r := range rs {
-				if raised(r) {
+				if r.Err == nil && r.Val.Claimed {
 					ok++
 				}
 			}
-			return ok >= need || len(rs)-ok > len(low)-need
+			return ok >= need || len(rs)-ok > len(idx)-need
 		}, nil)
 	for _, r := range rs {
-		if raised(r) {
-			confirmed++
+		switch {
+		case r.Err != nil:
+		case r.Val.Claimed:
+			claimed++
+		default:
+			highest = max(highest, r.Val.Counter)
 		}
 	}
-	return confirmed >= q
+	return claimed, highest
 }
 
 func (l *Locker) subset(idx []int) []*quorum.Node {

@@ -277,9 +277,8 @@
 // release that wakes a shared waiter wakes every shared waiter queued after
 // it up to the next writer, each with a reservation (100 at once, then two
 // more by each one woken as it takes its hold). A shared hold
-// needs a majority, as a lock. Fences: on one Redis every hold's fence is
-// its own; over NewRedlock two shared holds granted at once may get the same
-// fence (as two permits may), a writer's never. In each case a writer's
+// needs a majority, as a lock. Fences: every hold's fence is
+// its own, over NewRedlock too (see WithLimit). In each case a writer's
 // fence is larger than that of every hold that ended before it began, and a
 // shared hold's larger than that of every writer that ended before it
 // began.

@@ -490,10 +490,8 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	}
 	sort.Slice(secs, func(i, j int) bool { return secs[i].start < secs[j].start })
 	violations := 0
-	// fences: every fence given, and whether only shared holds had it
-	// (over a Redlock two shared holds granted at once may share one).
+	// fences: every fence given (never twice, over a Redlock too).
 	fences := map[uint64]bool{}
-	sharedTwice := len(h.servers) > 1
 	lost, late, shared, sharedOverlaps := 0, 0, 0, 0
 	for i, s := range secs {
 		if s.lost {
@@ -505,13 +503,11 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		if s.shared {
 			shared++
 		}
-		if onlyShared, ok := fences[s.fence]; ok && !(sharedTwice && onlyShared && s.shared) {
+		if fences[s.fence] {
 			violations++
 			errorf("fence %d issued twice", s.fence)
 		}
-		if onlyShared, ok := fences[s.fence]; !ok || onlyShared {
-			fences[s.fence] = s.shared
-		}
+		fences[s.fence] = true
 		if i == 0 {
 			continue
 		}

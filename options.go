@@ -189,12 +189,13 @@ func WithMetadata(s string) LockOption {
 
 // WithLimit makes the key a counting semaphore: Acquire, TryAcquire and Do
 // let at most n holders hold it at once, each with a *Lock of its own (a
-// permit: its own token, Lost, Extend, Release and renewal; on one Redis the
-// fences of all permits of the key increase strictly, in the order they were
-// granted; over NewRedlock, where the masters may see concurrent grants in
-// different orders, two permits acquired at the same time may get the same
-// fence, and a permit's fence is larger than that of every permit granted
-// before its acquisition began). WithLimit(1) is the plain lock. Waiting
+// permit: its own token, Lost, Extend, Release and renewal; no two permits
+// of the key get the same fence; on one Redis the fences increase strictly,
+// in the order the permits were granted; over NewRedlock, where the masters
+// may see concurrent grants in different orders, a permit's fence is larger
+// than that of every permit granted before its acquisition began, and two
+// permits granted at nearly the same moment get fences of their own, in no
+// particular order). WithLimit(1) is the plain lock. Waiting
 // for a permit is waiting for a lock: a release wakes the next waiter. A
 // permit whose holder died comes back when its TTL runs out, on the
 // server's clock. Every holder of a key must use the same limit: asking

@@ -263,3 +263,49 @@ func TestSemaphoreQuorum(t *testing.T) {
 	}
 	k.Release(ctx(t))
 }
+
+// TestSemaphoreRedlockFencesUnique: over a Redlock, permits granted at
+// nearly the same moment get fences of their own: two permits whose
+// grants interleave in another order on each node once both got the
+// largest of their nodes' fences, the same number.
+func TestSemaphoreRedlockFencesUnique(t *testing.T) {
+	_, _, clients := redlock(t, 3)
+	var lockers []*dlock.Locker
+	for range 3 {
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		lockers = append(lockers, l)
+	}
+	var (
+		mu     sync.Mutex
+		fences = map[uint64]int{}
+		wg     sync.WaitGroup
+	)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lockers[w%len(lockers)]
+			for i := range 60 {
+				k, err := l.Acquire(ctx(t), "sem-fences", dlock.WithLimit(2))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if j, dup := fences[k.Fence()]; dup {
+					t.Errorf("fence %d given twice (acquisitions %d and %d)", k.Fence(), j, w*1000+i)
+				}
+				fences[k.Fence()] = w*1000 + i
+				mu.Unlock()
+				if err := k.Release(ctx(t)); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -18,11 +18,10 @@ import (
 // rwExclusion runs readers (WithShared) and writers (plain locks) over the
 // lockers on one key and checks that a writer's section never overlaps
 // another section, that readers' sections did overlap, that no fence was
-// given twice (over a Redlock, a writer's: two shared holds granted at once
-// may share one, as two permits of a semaphore may), and that a writer's
+// given twice (over a Redlock too), and that a writer's
 // fence is larger than the fence of every section that ended before it was
 // granted.
-func rwExclusion(t *testing.T, lockers []*dlock.Locker, redlock bool, readers, writers, rounds int, opts ...dlock.LockOption) {
+func rwExclusion(t *testing.T, lockers []*dlock.Locker, readers, writers, rounds int, opts ...dlock.LockOption) {
 	t.Helper()
 	ctx := ctxTimeout(t, 90*time.Second)
 	var (
@@ -36,10 +35,10 @@ func rwExclusion(t *testing.T, lockers []*dlock.Locker, redlock bool, readers, w
 	)
 	section := func(w int, write bool, k *dlock.Lock) {
 		mu.Lock()
-		if seen, ok := fences[k.Fence()]; ok && (!redlock || write || seen) {
+		if fences[k.Fence()] {
 			overlaps = append(overlaps, fmt.Sprintf("fence %d given twice", k.Fence()))
 		}
-		fences[k.Fence()] = fences[k.Fence()] || write
+		fences[k.Fence()] = true
 		if write {
 			if inReaders+inWriters > 0 {
 				overlaps = append(overlaps, fmt.Sprintf("writer %d entered with %d readers and %d writers inside", w, inReaders, inWriters))
@@ -112,13 +111,13 @@ func TestSharedReadWrite(t *testing.T) {
 	for range 3 {
 		ls = append(ls, newLocker(t, s.Client()))
 	}
-	rwExclusion(t, ls, false, 6, 2, 15)
+	rwExclusion(t, ls, 6, 2, 15)
 }
 
 func TestSharedReadWriteRedlock(t *testing.T) {
 	servers := dlocktest.StartN(t, 3)
 	ls := lockers(t, 3, func() []redis.UniversalClient { return dlocktest.Clients(t, servers...) })
-	rwExclusion(t, ls, true, 6, 2, 10)
+	rwExclusion(t, ls, 6, 2, 10)
 }
 
 func TestSharedReadWriteCluster(t *testing.T) {
@@ -127,7 +126,7 @@ func TestSharedReadWriteCluster(t *testing.T) {
 	for range 3 {
 		ls = append(ls, newLocker(t, c.Client()))
 	}
-	rwExclusion(t, ls, false, 6, 2, 10)
+	rwExclusion(t, ls, 6, 2, 10)
 }
 
 // TestSharedRedlockFrozenNode: with one of three masters frozen, readers
@@ -139,7 +138,7 @@ func TestSharedRedlockFrozenNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = servers[2].Thaw() })
-	rwExclusion(t, ls, true, 4, 2, 5, dlock.WithTTL(2*time.Second))
+	rwExclusion(t, ls, 4, 2, 5, dlock.WithTTL(2*time.Second))
 }
 
 // TestSharedWriterNotStarved: readers whose holds always overlap (one

@@ -263,6 +263,27 @@ func (a *RaiseArgs) Command(keys []any) []any {
 	return Raise.command(keys, a.Value, a.Life, a.Token)
 }
 
+// RaiseReply is one node's answer to raise.lua: whether it claimed the
+// value, else the counter it holds (the value or more).
+type RaiseReply struct {
+	Claimed bool
+	Counter uint64
+}
+
+// ParseRaise reads raise.lua's reply.
+func ParseRaise(v any) (RaiseReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 2 {
+		return RaiseReply{}, BadReply("unexpected raise reply %v", v)
+	}
+	flag, _ := arr[0].(int64)
+	c, err := ParseUint(arr[1])
+	if err != nil {
+		return RaiseReply{}, BadReply("unexpected counter in raise reply %v: %v", v, err)
+	}
+	return RaiseReply{Claimed: flag == 1, Counter: c}, nil
+}
+
 // A ReplyError is a reply dlock cannot use: of a shape it does not expect
 // (not Redis, or not dlock's scripts: another program's value at a lock
 // key, a proxy), or WAIT refused after a script ran. It is permanent, and,
