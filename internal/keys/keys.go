@@ -15,22 +15,25 @@ import (
 type Names struct {
 	Key string // the lock's name, as passed to Acquire
 	// Keys are the names of the lock's Redis keys, boxed once (see the
-	// root package's script), in the one order in which every script
-	// takes them as its KEYS: acquire.lua and release.lua all eight,
-	// extend.lua the first five (or two, its short groups), raise.lua the
-	// first three. One array, so that a lock's names cost a few small
-	// allocations, not a copy per script.
+	// root package's script), in the one order from which every script
+	// takes its KEYS, each a run of it: acquire.lua and release.lua all
+	// eight; the plain lock's lock.lua the lock, its counter and its
+	// tombstones, unlock.lua the waiting set, the lock and its counter;
+	// extend.lua five from the lock on (or two, its short groups);
+	// raise.lua four from the lock on. One array, so that a lock's names
+	// cost a few small allocations, not a copy per script.
 	Keys [8]any
 }
 
-// The index of each key in Names.Keys (and KEYS[i+1] in the scripts).
+// The index of each key in Names.Keys (and KEYS[i+1] in acquire.lua and
+// release.lua).
 const (
-	LockKey    = iota // prefix{K}: the lock (token, or a sorted set of holders)
+	WaitersKey = iota // prefix{K}:waiters
+	LockKey           // prefix{K}: the lock (token, or a sorted set of holders)
 	FenceKey          // prefix{K}:fence
+	DeadKey           // prefix{K}:dead
 	MetaKey           // prefix{K}:meta
 	LimitKey          // prefix{K}:limit
-	DeadKey           // prefix{K}:dead
-	WaitersKey        // prefix{K}:waiters
 	LeasesKey         // prefix{K}:wexp
 	WritersKey        // prefix{K}:writers
 )
@@ -67,15 +70,21 @@ func (n *Names) AcquireKeys() []any { return n.Keys[:] }
 // ReleaseKeys are release.lua's KEYS.
 func (n *Names) ReleaseKeys() []any { return n.Keys[:] }
 
+// LockKeys are lock.lua's KEYS: the lock, its counter, its tombstones.
+func (n *Names) LockKeys() []any { return n.Keys[LockKey : DeadKey+1 : DeadKey+1] }
+
+// UnlockKeys are unlock.lua's KEYS: the waiting set, the lock, its counter.
+func (n *Names) UnlockKeys() []any { return n.Keys[WaitersKey : FenceKey+1 : FenceKey+1] }
+
 // ExtendKeys are extend.lua's KEYS (of one lock).
-func (n *Names) ExtendKeys() []any { return n.Keys[: DeadKey+1 : DeadKey+1] }
+func (n *Names) ExtendKeys() []any { return n.Keys[LockKey : LimitKey+1 : LimitKey+1] }
 
 // ExtendKeysShort are the KEYS of a short group of extend.lua: a lock
 // without metadata, not regained.
-func (n *Names) ExtendKeysShort() []any { return n.Keys[: FenceKey+1 : FenceKey+1] }
+func (n *Names) ExtendKeysShort() []any { return n.Keys[LockKey : FenceKey+1 : FenceKey+1] }
 
 // RaiseKeys are raise.lua's KEYS.
-func (n *Names) RaiseKeys() []any { return n.Keys[: MetaKey+1 : MetaKey+1] }
+func (n *Names) RaiseKeys() []any { return n.Keys[LockKey : MetaKey+1 : MetaKey+1] }
 
 // TagEscape starts the hash tag of a key that begins with '}' or with
 // TagEscape itself. Redis hashes the text between the first '{' and the

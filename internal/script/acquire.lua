@@ -2,15 +2,15 @@
 -- us; with a limit n > 1, take one of the n permits of a semaphore.
 --
 -- KEYS, in the order that every script shares (see internal/keys):
--- KEYS[1] lock key       prefix{K}
--- KEYS[2] fence counter  prefix{K}:fence   (lives ARGV[3] ms after the last use, and at
+-- KEYS[1] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
+-- KEYS[2] lock key       prefix{K}
+-- KEYS[3] fence counter  prefix{K}:fence   (lives ARGV[3] ms after the last use, and at
 --                                          least as long as a holder: see extend.lua)
--- KEYS[3] metadata       prefix{K}:meta    (hash: owner token -> metadata, and
+-- KEYS[4] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
+-- KEYS[5] metadata       prefix{K}:meta    (hash: owner token -> metadata, and
 --                                          "f:" .. token -> that holder's fence; it
 --                                          lives as long as the holders)
--- KEYS[4] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
--- KEYS[5] tombstones     prefix{K}:dead    (dead tokens: see release.lua)
--- KEYS[6] waiting set    prefix{K}:waiters (zset: waiter -> queue position)
+-- KEYS[6] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- KEYS[7] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms;
 --                                          and "i:" .. an exclusive waiter -> the
 --                                          end of its intent, server ms)
@@ -21,12 +21,12 @@
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
 --                        the TTL of the lock, or of a semaphore's last permit)
--- ARGV[4] metadata       "" for none, else stored under the token in KEYS[3]
--- ARGV[5] limit          "1" for a lock (KEYS[1] a string: the owner token),
---                        n > 1 for a semaphore (KEYS[1] a sorted set: owner
+-- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
+-- ARGV[5] limit          "1" for a lock (KEYS[2] a string: the owner token),
+--                        n > 1 for a semaphore (KEYS[2] a sorted set: owner
 --                        token -> expiry in server ms, for at most n holders),
---                        "0" for a shared hold (KEYS[1] a sorted set as a
---                        semaphore's, of any number of holders; KEYS[4] "0")
+--                        "0" for a shared hold (KEYS[2] a sorted set as a
+--                        semaphore's, of any number of holders; KEYS[6] "0")
 -- ARGV[6..10], only for an attempt that may register as a waiter (absent: it
 -- does not, and takes a free lock with a single SET NX):
 -- ARGV[6] waiter         "LOCKERID:SEQ:KEY", SEQ beginning with "r" for a shared
@@ -85,7 +85,7 @@
 -- Semaphore: expired permits (and reservations) are pruned on every run, on
 -- the server's clock. A permit is granted while fewer than n live ones are
 -- held; pttl on failure is the time until the first live one expires. The
--- sorted set and KEYS[4] expire with the last permit. A key held with
+-- sorted set and KEYS[6] expire with the last permit. A key held with
 -- another limit (a lock held as a semaphore, or the other way round, or
 -- another n) is refused with the error "DLOCKLIMIT HELD ASKED", and nothing
 -- is written.
@@ -93,7 +93,7 @@
 -- program wrote) would make a write fail after others: refuse first.
 --
 -- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
--- whose KEYS[4] is "0". One is granted while the key is free or shared,
+-- whose KEYS[6] is "0". One is granted while the key is free or shared,
 -- unless a writer waits ahead of the caller: KEYS[8] holds each exclusive
 -- waiter with an intent at its queue position (0 once a release woke it:
 -- ahead of everyone), and KEYS[7] the intent's end ("i:" .. WAITER), one
@@ -126,7 +126,7 @@ local exclusive = ARGV[5] == '1'
 -- buried reports whether the token was buried (see above): every path
 -- that writes asks it first.
 local function buried()
-  local d = redis.call('ZSCORE', KEYS[5], token)
+  local d = redis.call('ZSCORE', KEYS[4], token)
   if not d then
     return false
   end
@@ -143,8 +143,8 @@ local function wrongType(k, want)
   return t ~= 'none' and t ~= want
 end
 local function refuseWrongTypes(waiters, meta)
-  if (waiters and (wrongType(KEYS[6], 'zset') or wrongType(KEYS[7], 'hash') or wrongType(KEYS[8], 'zset'))) or (meta and wrongType(KEYS[3], 'hash')) then
-    return redis.error_reply('WRONGTYPE dlock: a waiting set, lease, writers or metadata key of ' .. KEYS[1] .. ' holds another type')
+  if (waiters and (wrongType(KEYS[1], 'zset') or wrongType(KEYS[7], 'hash') or wrongType(KEYS[8], 'zset'))) or (meta and wrongType(KEYS[5], 'hash')) then
+    return redis.error_reply('WRONGTYPE dlock: a waiting set, lease, writers or metadata key of ' .. KEYS[2] .. ' holds another type')
   end
   return false
 end
@@ -162,9 +162,9 @@ local function incr(s)
 end
 -- The counter, read (and checked) before anything is written.
 local function counter()
-  local c = redis.call('GET', KEYS[2])
+  local c = redis.call('GET', KEYS[3])
   if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then
-    return false, redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer below 2^63-1')
+    return false, redis.error_reply('dlock: fence counter ' .. KEYS[3] .. ' does not hold a positive integer below 2^63-1')
   end
   return c
 end
@@ -194,7 +194,7 @@ local function issue(c, life)
   else
     fence = t[1] .. string.format('%06d', tonumber(t[2]))
   end
-  redis.call('SET', KEYS[2], fence, 'PX', life)
+  redis.call('SET', KEYS[3], fence, 'PX', life)
   return fence
 end
 local function mismatch(held)
@@ -202,11 +202,11 @@ local function mismatch(held)
 end
 -- prune removes a semaphore's expired permits and their metadata.
 local function prune(now)
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
   if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- metadata of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- metadata of another type: left alone
     end
   end
 end
@@ -220,7 +220,7 @@ local function register(waiter, pos)
   local write = pos == '0' or ARGV[10] == '1'
   if not write then
     -- Registered before: make sure it is still there.
-    write = redis.call('ZSCORE', KEYS[6], waiter) == false or redis.call('HEXISTS', KEYS[7], waiter) == 0
+    write = redis.call('ZSCORE', KEYS[1], waiter) == false or redis.call('HEXISTS', KEYS[7], waiter) == 0
   end
   if write then
     if buried() then
@@ -236,9 +236,9 @@ local function register(waiter, pos)
       pos = t[1] .. string.format('%06d', tonumber(t[2]))
     end
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[6], pos, waiter)
+    redis.call('ZADD', KEYS[1], pos, waiter)
     redis.call('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
-    redis.call('PEXPIRE', KEYS[6], ARGV[7])
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
     if redis.call('PTTL', KEYS[7]) < tonumber(ARGV[7]) then
       redis.call('PEXPIRE', KEYS[7], ARGV[7]) -- writers' intents may need it longer
     end
@@ -307,24 +307,24 @@ local function done(c, own, last, now)
   local fence
   if own and c then
     fence = c
-    redis.call('SET', KEYS[2], fence, 'PX', life)
+    redis.call('SET', KEYS[3], fence, 'PX', life)
   else
     fence = issue(c, life)
   end
   if metadata ~= '' then
     if not last then
       -- A lock has one holder: the entries of former ones go.
-      redis.call('DEL', KEYS[3])
+      redis.call('DEL', KEYS[5])
     end
-    redis.call('HSET', KEYS[3], token, metadata, 'f:' .. token, fence)
+    redis.call('HSET', KEYS[5], token, metadata, 'f:' .. token, fence)
     if last then
-      redis.call('PEXPIREAT', KEYS[3], last) -- a semaphore's: with the last permit
+      redis.call('PEXPIREAT', KEYS[5], last) -- a semaphore's: with the last permit
     else
-      redis.call('PEXPIRE', KEYS[3], ARGV[2])
+      redis.call('PEXPIRE', KEYS[5], ARGV[2])
     end
   end
   if queued then
-    redis.call('ZREM', KEYS[6], waiter)
+    redis.call('ZREM', KEYS[1], waiter)
     redis.call('HDEL', KEYS[7], waiter)
   end
   if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 then -- another type: left alone
@@ -358,8 +358,8 @@ end
 -- claims reports whether the caller holds a live permit, and whether a live
 -- reservation is its.
 local function claims(now)
-  local mine = redis.call('ZSCORE', KEYS[1], token)
-  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[1], '~' .. waiter)
+  local mine = redis.call('ZSCORE', KEYS[2], token)
+  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[2], '~' .. waiter)
   return mine and tonumber(mine) > now, resv and tonumber(resv) > now
 end
 -- permit writes a semaphore's or a shared hold's grant (resv: the caller's
@@ -369,33 +369,33 @@ local function permit(c, now, resv, wake)
   prune(now)
   pruneIntents()
   if resv then
-    redis.call('ZREM', KEYS[1], '~' .. waiter)
+    redis.call('ZREM', KEYS[2], '~' .. waiter)
   end
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), token)
   if wake then
     wake(now)
   end
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[1], last)
-  redis.call('SET', KEYS[4], ARGV[5])
-  redis.call('PEXPIREAT', KEYS[4], last)
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[2], last)
+  redis.call('SET', KEYS[6], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[6], last)
   -- A retried grant gets a fence of its own too: other permits may
   -- have taken the next ones meanwhile.
   return done(c, false, last, now)
 end
 -- onSet is an exclusive acquisition's answer when the lock key is not a
--- string: shared holds (a sorted set, KEYS[4] "0"), a semaphore's permits,
+-- string: shared holds (a sorted set, KEYS[6] "0"), a semaphore's permits,
 -- or a key of another program (err, WRONGTYPE).
 local function onSet(err)
-  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+  if redis.call('TYPE', KEYS[2])['ok'] ~= 'zset' then
     return err
   end
-  local held = redis.call('GET', KEYS[4])
+  local held = redis.call('GET', KEYS[6])
   if held ~= '0' then
     return mismatch(held or '?')
   end
   local now = clock()
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   if last and tonumber(last) > now then
     return busy(math.max(math.min(tonumber(last) - now, math.floor(tonumber(ARGV[2]) / 3)), 1), true)
   end
@@ -404,25 +404,25 @@ local function onSet(err)
     return bad
   end
   prune(now)
-  redis.call('DEL', KEYS[1], KEYS[4])
-  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  redis.call('DEL', KEYS[2], KEYS[6])
+  redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
   return done(c, false)
 end
 
 if ARGV[5] == '0' then
   -- A shared hold.
-  local ty = redis.call('TYPE', KEYS[1])['ok']
+  local ty = redis.call('TYPE', KEYS[2])['ok']
   if ty == 'string' then
-    if string.sub(redis.call('GET', KEYS[1]), 1, 1) == '~' then
+    if string.sub(redis.call('GET', KEYS[2]), 1, 1) == '~' then
       return busy(-3)
     end
-    return busy(redis.call('PTTL', KEYS[1]))
+    return busy(redis.call('PTTL', KEYS[2]))
   elseif ty ~= 'none' and ty ~= 'zset' then
-    return redis.error_reply('WRONGTYPE dlock: the lock ' .. KEYS[1] .. ' holds another type')
+    return redis.error_reply('WRONGTYPE dlock: the lock ' .. KEYS[2] .. ' holds another type')
   end
   local now = clock()
-  local held = redis.call('GET', KEYS[4])
-  if held and held ~= '0' and redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') > 0 then
+  local held = redis.call('GET', KEYS[6])
+  if held and held ~= '0' and redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
     return mismatch(held)
   end
   local mine, resv = claims(now)
@@ -443,7 +443,7 @@ if ARGV[5] == '0' then
     -- wake wakes the shared waiters at the head of the queue, two at most,
     -- if no writer is ahead of them, each with a reservation.
     wake = function(now)
-      local head = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+      local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
       if #head == 0 or not reader(head[1]) or writerAhead(now, tonumber(head[2])) then
         return
       end
@@ -451,7 +451,7 @@ if ARGV[5] == '0' then
       wakeReaders(2, woken, now)
       if tonumber(ARGV[14]) > 0 then
         for _, w in ipairs(woken) do
-          redis.call('ZADD', KEYS[1], now + tonumber(ARGV[14]), '~' .. w)
+          redis.call('ZADD', KEYS[2], now + tonumber(ARGV[14]), '~' .. w)
         end
       end
     end
@@ -464,15 +464,15 @@ local c, bad
 if not exclusive then
   -- A semaphore of ARGV[5] permits.
   local limit = tonumber(ARGV[5])
-  local ty = redis.call('TYPE', KEYS[1])['ok']
+  local ty = redis.call('TYPE', KEYS[2])['ok']
   if ty == 'string' then
     return mismatch('1')
   elseif ty ~= 'none' and ty ~= 'zset' then
-    return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[1] .. ' holds another type')
+    return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
   end
   local now = clock()
-  local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-  local held = redis.call('GET', KEYS[4])
+  local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+  local held = redis.call('GET', KEYS[6])
   if live > 0 and held and held ~= ARGV[5] then
     return mismatch(held)
   end
@@ -484,7 +484,7 @@ if not exclusive then
     end
     return permit(c, now, resv, false)
   end
-  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return busy(math.max(tonumber(first[2]) - now, 0))
 end
 
@@ -496,24 +496,24 @@ if waiter == '' then
   if bad then
     return bad
   end
-  if metadata ~= '' and wrongType(KEYS[3], 'hash') then
+  if metadata ~= '' and wrongType(KEYS[5], 'hash') then
     return refuseWrongTypes(false, true)
   end
-  granted = redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) ~= false
+  granted = redis.call('SET', KEYS[2], token, 'NX', 'PX', ARGV[2]) ~= false
   if not granted then
-    v = redis.pcall('GET', KEYS[1])
+    v = redis.pcall('GET', KEYS[2])
     if type(v) == 'table' then
       return onSet(v)
     end
     if v == token then
       -- A retried command whose first reply was lost.
-      redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
       granted = true
     end
   end
 else
   -- Most likely held: look first.
-  v = redis.pcall('GET', KEYS[1])
+  v = redis.pcall('GET', KEYS[2])
   if (type(v) == 'table' or v == false or v == token or v == '~' .. waiter) and buried() then
     return refusedBuried -- the paths that may write (busy() asks for its own)
   end
@@ -525,7 +525,7 @@ else
     if bad then
       return bad
     end
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+    redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
     granted = true
   end
 end
@@ -537,4 +537,4 @@ end
 if string.sub(v, 1, 1) == '~' then
   return busy(-3)
 end
-return busy(redis.call('PTTL', KEYS[1]))
+return busy(redis.call('PTTL', KEYS[2]))

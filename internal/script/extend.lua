@@ -19,9 +19,9 @@
 -- in one order (see internal/keys):
 -- KEYS[Wg+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
 -- KEYS[Wg+2] fence counter  prefix{K}:fence
--- KEYS[Wg+3] metadata       prefix{K}:meta (see acquire.lua)
--- KEYS[Wg+4] limit          prefix{K}:limit (a semaphore's)
--- KEYS[Wg+5] tombstones     prefix{K}:dead (see release.lua)
+-- KEYS[Wg+3] tombstones     prefix{K}:dead (see release.lua)
+-- KEYS[Wg+4] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[Wg+5] limit          prefix{K}:limit (a semaphore's)
 -- ARGV[1] ttl            new TTL in milliseconds, counted from now
 -- ARGV[2] regain         "1" to set the key to the token when it is free: only sent
 --                        to nodes that answered -1, after a quorum of the others
@@ -56,7 +56,7 @@
 -- acquire.lua: the counter never runs ahead of the clock), so that the next
 -- holder's fence is larger than every one issued, the other permits' of a
 -- semaphore included; and a holder with metadata has
--- its fence written with it in KEYS[3] (correcting a grant that ran late on
+-- its fence written with it in KEYS[4] (correcting a grant that ran late on
 -- this node and counted its own). The comparison is on decimal strings (length first),
 -- exact for any 64-bit value. Errors (keys of another type) come before any
 -- write.
@@ -74,7 +74,7 @@ local function extend(KEYS, ARGV)
   -- buried reports whether the token was buried (see release.lua): a regain
   -- of it, run late, must not set the key again.
   local function buried()
-    local d = redis.call('ZSCORE', KEYS[5], token)
+    local d = redis.call('ZSCORE', KEYS[3], token)
     if not d then
       return false
     end
@@ -110,11 +110,11 @@ local function extend(KEYS, ARGV)
     if ARGV[4] == '' then
       return
     end
-    redis.call('HSET', KEYS[3], token, ARGV[4], 'f:' .. token, fence)
+    redis.call('HSET', KEYS[4], token, ARGV[4], 'f:' .. token, fence)
     if last then
-      redis.call('PEXPIREAT', KEYS[3], last)
+      redis.call('PEXPIREAT', KEYS[4], last)
     else
-      redis.call('PEXPIRE', KEYS[3], ttl)
+      redis.call('PEXPIRE', KEYS[4], ttl)
     end
   end
 
@@ -124,16 +124,16 @@ local function extend(KEYS, ARGV)
       return 0
     end
     if ARGV[4] ~= '' then
-      local hty = redis.call('TYPE', KEYS[3])['ok']
+      local hty = redis.call('TYPE', KEYS[4])['ok']
       if hty ~= 'hash' and hty ~= 'none' then
-        return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[3] .. ' holds another type')
+        return redis.error_reply('WRONGTYPE dlock: the metadata key ' .. KEYS[4] .. ' holds another type')
       end
     end
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local s = redis.call('ZSCORE', KEYS[1], token)
     local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-    local held = redis.call('GET', KEYS[4])
+    local held = redis.call('GET', KEYS[5])
     local ours = s and tonumber(s) > now
     if not ours then
       local cap = tonumber(ARGV[5])
@@ -151,14 +151,14 @@ local function extend(KEYS, ARGV)
     if #gone > 0 then
       redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
       for _, m in ipairs(gone) do
-        redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- metadata of another type: left alone
+        redis.pcall('HDEL', KEYS[4], m, 'f:' .. m) -- metadata of another type: left alone
       end
     end
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
     local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
     redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('SET', KEYS[4], ARGV[5])
-    redis.call('PEXPIREAT', KEYS[4], last)
+    redis.call('SET', KEYS[5], ARGV[5])
+    redis.call('PEXPIREAT', KEYS[5], last)
     -- The permits share the metadata hash: it lives as long as the last of
     -- them, and each renewal writes its own entries again.
     holder(nil, last)

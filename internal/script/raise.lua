@@ -2,11 +2,12 @@
 -- if it is below it (never lower it), and record that value as the holder's
 -- fence.
 --
--- KEYS are the first three of the keys that every script takes in one order
--- (see internal/keys):
+-- KEYS are four of the keys that every script takes in one order, from the
+-- lock key on (see internal/keys):
 -- KEYS[1] lock key       prefix{K} (not used; the command is routed by it)
 -- KEYS[2] fence counter  prefix{K}:fence
--- KEYS[3] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[3] tombstones     prefix{K}:dead (not used)
+-- KEYS[4] metadata       prefix{K}:meta (see acquire.lua)
 -- ARGV[1] value          the fence a Redlock holder claims (a decimal string)
 -- ARGV[2] life           ms the counter lives at least from now, as after an
 --                        acquisition (the retention, at least the lock's TTL)
@@ -34,8 +35,8 @@ end
 local want = ARGV[1]
 if not c or #c < #want or (#c == #want and c < want) then
   redis.call('SET', KEYS[2], want, 'PX', ARGV[2])
-  if redis.pcall('HEXISTS', KEYS[3], 'f:' .. ARGV[3]) == 1 then
-    redis.call('HSET', KEYS[3], 'f:' .. ARGV[3], want)
+  if redis.pcall('HEXISTS', KEYS[4], 'f:' .. ARGV[3]) == 1 then
+    redis.call('HSET', KEYS[4], 'f:' .. ARGV[3], want)
   end
   return {1, want}
 end

@@ -1,13 +1,13 @@
 -- release.lua: delete the lock if it holds the expected value, and wake one waiter.
--- Of a semaphore (KEYS[1] a sorted set, see acquire.lua), remove the permit.
+-- Of a semaphore (KEYS[2] a sorted set, see acquire.lua), remove the permit.
 --
 -- KEYS, in the order that every script shares (see internal/keys):
--- KEYS[1] lock key       prefix{K}
--- KEYS[2] fence counter  prefix{K}:fence
--- KEYS[3] metadata       prefix{K}:meta (the released owner's entries are removed)
--- KEYS[4] limit          prefix{K}:limit (a semaphore's)
--- KEYS[5] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
--- KEYS[6] waiting set    prefix{K}:waiters
+-- KEYS[1] waiting set    prefix{K}:waiters
+-- KEYS[2] lock key       prefix{K}
+-- KEYS[3] fence counter  prefix{K}:fence
+-- KEYS[4] tombstones     prefix{K}:dead (zset: dead token -> end of its tombstone, server ms)
+-- KEYS[5] metadata       prefix{K}:meta (the released owner's entries are removed)
+-- KEYS[6] limit          prefix{K}:limit (a semaphore's)
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers (exclusive waiters' intents, see acquire.lua)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
@@ -34,7 +34,7 @@
 --                        the lock (or a semaphore's last permit) is released,
 --                        the counter, kept as long as its holders, lives this
 --                        long from now (see extend.lua)
--- ARGV[10] slot tag      on a Cluster, a text in KEYS[1]'s hash slot; "" or
+-- ARGV[10] slot tag      on a Cluster, a text in KEYS[2]'s hash slot; "" or
 --                        absent elsewhere. A waiter whose Locker listens on
 --                        sharded pub/sub (its LOCKERID ends in "s") is told
 --                        with SPUBLISH on ARGV[2].."{"..ARGV[10].."}"..LOCKERID,
@@ -93,23 +93,23 @@ local INBOX, LISTENERS, TAG = ARGV[2], ARGV[7], ARGV[10] or ''
 if ARGV[8] ~= '0' then
   -- The tombstone first, whatever the lock holds: the command it refuses
   -- may come later still. Expired ones are dropped on the way.
-  local ty = redis.call('TYPE', KEYS[5])['ok']
+  local ty = redis.call('TYPE', KEYS[4])['ok']
   if ty ~= 'zset' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[5] .. ' holds another type')
+    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[4] .. ' holds another type')
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', clock())
-  redis.call('ZADD', KEYS[5], clock() + tonumber(ARGV[8]), ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[5], last)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', clock())
+  redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[8]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[4], last)
 end
 -- intentGone: the leaving waiter was a writer whose intent kept readers out.
 local intentGone = false
 if ARGV[4] ~= '' then
-  redis.call('ZREM', KEYS[6], ARGV[4])
+  redis.call('ZREM', KEYS[1], ARGV[4])
   redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4])
   intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
 end
-local v = redis.pcall('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[2])
 local sem = type(v) == 'table'
 local shared = false -- the key's permits are shared holds
 -- nothing is the reply when ARGV[1] held nothing; readers that a leaving
@@ -123,15 +123,15 @@ local function nothing()
 end
 if sem then
   -- A semaphore's permits.
-  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+  if redis.call('TYPE', KEYS[2])['ok'] ~= 'zset' then
     return 0
   end
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
   if not s then
     return nothing()
   end
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  shared = redis.call('GET', KEYS[4]) == '0'
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  shared = redis.call('GET', KEYS[6]) == '0'
   if tonumber(s) <= clock() then
     return nothing() -- it had expired
   end
@@ -139,21 +139,21 @@ elseif v ~= ARGV[1] then
   return nothing()
 end
 if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[3], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
+  redis.pcall('HDEL', KEYS[5], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
 elseif ARGV[6] ~= '0' then
-  redis.call('DEL', KEYS[3]) -- a lock's holder is its only entry
+  redis.call('DEL', KEYS[5]) -- a lock's holder is its only entry
 end
 
 -- The woken waiter: the first live registration that hears of it. At most
 -- 16 are looked at (and dropped) per release; later releases go on.
 local wake = ARGV[5] ~= '0'
-if shared and redis.call('ZCOUNT', KEYS[1], '(' .. clock(), '+inf') > 0 then
+if shared and redis.call('ZCOUNT', KEYS[2], '(' .. clock(), '+inf') > 0 then
   wake = false -- other shared holds remain
 end
 local woken = {}
 if wake then
   for _ = 1, 16 do
-    local popped = redis.call('ZPOPMIN', KEYS[6])
+    local popped = redis.call('ZPOPMIN', KEYS[1])
     if #popped == 0 then
       break
     end
@@ -174,55 +174,55 @@ local reserve = nxt and tonumber(ARGV[3]) > 0
 local last = false -- a semaphore's last permit's expiry
 if shared and nxt and not group then
   -- A writer after the last shared hold: the key becomes its reservation.
-  redis.call('DEL', KEYS[1], KEYS[4])
+  redis.call('DEL', KEYS[2], KEYS[6])
   if reserve then
-    redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], '~' .. nxt, 'PX', ARGV[3])
   end
 elseif sem or (group and reserve) then
   if not sem then
-    redis.call('DEL', KEYS[1]) -- a lock, handed to readers
+    redis.call('DEL', KEYS[2]) -- a lock, handed to readers
   end
   if reserve then
     for _, w in ipairs(woken) do
-      redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[3]), '~' .. w)
+      redis.call('ZADD', KEYS[2], clock() + tonumber(ARGV[3]), '~' .. w)
     end
     if group then
-      redis.call('SET', KEYS[4], '0')
+      redis.call('SET', KEYS[6], '0')
     end
   end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock())
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', clock())
   if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', clock())
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[3], m, 'f:' .. m) -- a hash of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- a hash of another type: left alone
     end
   end
-  last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   if last then
-    redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('PEXPIREAT', KEYS[4], last)
+    redis.call('PEXPIREAT', KEYS[2], last)
+    redis.call('PEXPIREAT', KEYS[6], last)
   else
-    redis.call('DEL', KEYS[1], KEYS[4])
+    redis.call('DEL', KEYS[2], KEYS[6])
   end
 elseif reserve then
-  redis.call('SET', KEYS[1], '~' .. nxt, 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], '~' .. nxt, 'PX', ARGV[3])
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[2])
 end
 -- The counter outlives the last holder by the retention.
 local life = tonumber(ARGV[9])
 if last then
   life = math.max(life, tonumber(last) - clock())
 end
-if redis.call('PTTL', KEYS[2]) > life then
-  redis.call('PEXPIRE', KEYS[2], life)
+if redis.call('PTTL', KEYS[3]) > life then
+  redis.call('PEXPIRE', KEYS[3], life)
 end
 if nxt then
   -- The stand-in: the next registration that hears of it; those nobody
   -- hears are dropped on the way. (Its lease is not read: one that ran out
   -- is dropped by the release that pops it.)
   for _ = 1, 16 do
-    local after = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+    local after = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
     if not after then
       break
     end

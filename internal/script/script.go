@@ -35,7 +35,7 @@ var (
 	Acquire = newScript(include(acquireSrc), 8)
 	Release = newScript(include(releaseSrc), 8)
 	Extend  = newScript(extendSrc, 5)
-	Raise   = newScript(raiseSrc, 3)
+	Raise   = newScript(raiseSrc, 4)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are

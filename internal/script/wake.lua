@@ -5,9 +5,9 @@
 --              told on INBOX..LOCKERID (see release.lua's ARGV[2])
 --   LISTENERS  "1" when PUBLISH's count of receivers is exact for the
 --              waiters' inboxes (see release.lua's ARGV[7])
---   TAG        on a Cluster, a text in KEYS[1]'s hash slot, else "" (see
+--   TAG        on a Cluster, a text in KEYS[2]'s hash slot, else "" (see
 --              release.lua's ARGV[10])
--- and with the keys in the order every script shares: KEYS[6] the waiting
+-- and with the keys in the order every script shares: KEYS[1] the waiting
 -- set, KEYS[7] the waiter leases (and the writers' intents' ends, "i:"
 -- .. WAITER), KEYS[8] the writers (see acquire.lua's "Shared holds").
 
@@ -44,7 +44,7 @@ end
 -- dropWaiter removes waiter w's registration, and its intent if a writer's:
 -- a waiter nobody hears (or whose lease ran out) must not keep readers out.
 local function dropWaiter(w)
-  redis.call('ZREM', KEYS[6], w)
+  redis.call('ZREM', KEYS[1], w)
   redis.call('HDEL', KEYS[7], w, 'i:' .. w)
   redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
 end
@@ -75,11 +75,11 @@ end
 -- batches, each script bounded.
 local function wakeReaders(n, woken, now)
   for _ = 1, 2 * n do
-    local w = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+    local w = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
     if not w or not reader(w) then
       return
     end
-    redis.call('ZREM', KEYS[6], w)
+    redis.call('ZREM', KEYS[1], w)
     if pop(w, now) then
       woken[#woken + 1] = w
       if #woken >= n then
