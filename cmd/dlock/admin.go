@@ -285,7 +285,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 			what += fmt.Sprintf(", %s left", ttlText(st.TTL))
 		}
 		fmt.Fprintf(c.stdout, "dlock: deleted lock %q on %d of %d node(s) (%s)\n", key, n, len(t.clients), what)
-		c.warnf("a live holder sees its lock lost at its next renewal (dlock run then stops its command, status 76), and may act as the holder until then")
+		c.warnf("a live holder sees its lock lost at its next renewal, or at its release (dlock run then exits 76), and may act as the holder until then")
 	}
 	if err != nil {
 		c.errorf("some nodes could not be reached: %s", errText(err))

@@ -86,18 +86,40 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	}
 	c.debugf("acquired %q on %s (fence %d, ttl %s)", key, t.describe(), lock.Fence(), *ttl)
 	status, lost := c.supervise(ctx, lock, rest, *grace, sigs)
+	return c.released(ctx, lock, status, lost)
+}
 
+// released releases the lock once the command has ended with status, and
+// returns dlock's exit status: the command's own only when something
+// proves that the command ran under the lock to its end, else
+// exitLockLost (lost: supervise saw the lock lost while it ran).
+//
+// What proves it: a release that a quorum confirmed after the command
+// ended. release.lua deletes the key only where it still holds this lock's
+// token, and a token once gone from a key is never written back, so the
+// key held it from the acquisition to the release, the command's end
+// included. A release that could not be confirmed (nodes down or slow)
+// leaves the validity of the last confirmed renewal, which covered the
+// command's end (Lost had not closed then: see supervise), and no sign that
+// the lock was taken: the command's status, with a warning. A release
+// refused (ErrNotHeld: the key expired, or was taken or deleted, as by
+// dlock release --force) proves the opposite at some instant since the last
+// confirmed renewal, which began before the command ended (the next one is
+// due only TTL/3 later): the command may have run without the lock, whose
+// validity, computed from that renewal, cannot see a deletion. Exit 76.
+func (c *cli) released(ctx context.Context, lock *dlock.Lock, status int, lost bool) int {
 	err := lock.Release(context.WithoutCancel(ctx))
 	switch {
 	case lost:
 		return exitLockLost
 	case errors.Is(err, dlock.ErrNotHeld):
-		// Lost after the command had ended: its work was done under the lock.
-		c.warnf("lock %q had expired or been taken by the time the command ended", key)
+		c.errorf("the lock %q was gone when the command ended (status %d): it expired, or was taken or deleted (dlock release --force) since its last renewal, so the command may have run without it",
+			lock.Key(), status)
+		return exitLockLost
 	case err != nil:
-		c.warnf("could not confirm the release of %q; it expires within %s: %s", key, *ttl, errText(err))
+		c.warnf("could not confirm the release of %q; it expires within %s: %s", lock.Key(), lock.TTL(), errText(err))
 	default:
-		c.debugf("released %q", key)
+		c.debugf("released %q", lock.Key())
 	}
 	return status
 }

@@ -90,6 +90,9 @@ gone before another host can take the lock (exit 76). A renewal confirmed before
 keeps it running. If the lock is already gone (an administrator's release
 --force, or a renewal refused because another process holds the key), another
 host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
+A lock taken or deleted after its last renewal, when COMMAND ends before the
+next one, is found gone by the final release: exit 76 as well, since nothing
+then proves that COMMAND ran under the lock to its end.
 
 When stdin is a terminal, dlock behaves like flock(1) under a shell: COMMAND
 stays in dlock's process group (the terminal's foreground job), so it can
@@ -131,7 +134,9 @@ Exit status:
     75             the lock was held elsewhere for all of --wait; COMMAND did not
                    run (silent with -q)
     76             the lock was lost, or could have expired within --kill-grace,
-                   while COMMAND ran; COMMAND was stopped
+                   while COMMAND ran (COMMAND was stopped); or the release found
+                   it gone when COMMAND ended (taken or deleted since its last
+                   renewal)
     64             usage error: bad flags, Redis URL, KEY or COMMAND missing
     69             too few Redis nodes answered (down, frozen, unreachable), for
                    all of --wait; printed also with -q
@@ -201,7 +206,8 @@ Examples:
 Deletes the lock KEY on every node whoever holds it, and wakes the next
 waiter: an administrator's tool for a lock whose holder is known to be gone.
 A live holder sees its lock lost at its next renewal (dlock run then stops
-its command with exit status 76), and may act as the holder until then;
+its command with exit status 76), or at its release if its command ends
+first (dlock run then exits 76 too), and may act as the holder until then;
 fencing is the defence. --force is required.
 
 Flags:
