@@ -111,6 +111,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	if code := c.inspected(t); code >= 0 {
 		return code
 	}
+	c.debugf("reading the status of %q from %s", key, t.describe())
 	if watch {
 		return c.watchStatus(ctx, t, key, *asJSON, *interval)
 	}
@@ -265,6 +266,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	if code := c.inspected(t); code >= 0 {
 		return code
 	}
+	c.debugf("deleting the lock %q on %s", key, t.describe())
 	// What is about to be deleted, to say so; a snapshot, best effort.
 	st, _ := t.locker.Status(ctx, key)
 	n, err := t.locker.ForceRelease(ctx, key)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
@@ -56,4 +57,52 @@ func TestRunLockTakenWhileRunning(t *testing.T) {
 	if !strings.Contains(errs.String(), `dlock: the lock "job" was gone when the command ended`) {
 		t.Errorf("stderr does not say the lock was gone: %q", errs.String())
 	}
+}
+
+// TestWording: what the fourth copy of --limit 3 is told, --cluster against
+// a standalone server, a Redlock whose nodes refuse, and the help of status
+// and release for -q and -v.
+func TestWording(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	t.Run("limit", func(t *testing.T) {
+		l := newLocker(t, s)
+		for range 3 {
+			k, err := l.TryAcquire(context.Background(), "three", dlock.WithLimit(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Release(context.Background())
+		}
+		code, _, stderr := dlockRun(t, "run", "--redis", s.URL(), "--limit", "3", "three", "--", "true")
+		if code != exitNotAcquired || !strings.Contains(stderr, `dlock: all 3 permits of "three" are taken; the command did not run`) {
+			t.Errorf("the fourth copy of --limit 3: exit %d, %q", code, stderr)
+		}
+		code, _, stderr = dlockRun(t, "run", "--redis", s.URL(), "--limit", "3", "--wait", "50ms", "three", "--", "true")
+		if code != exitNotAcquired || !strings.Contains(stderr, `dlock: all 3 permits of "three" were still taken after waiting 50ms`) {
+			t.Errorf("the fourth copy of --limit 3 with --wait: exit %d, %q", code, stderr)
+		}
+	})
+	t.Run("cluster against a standalone server", func(t *testing.T) {
+		code, _, stderr := dlockRun(t, "run", "--cluster", "--redis", s.URL(), "job", "--", "true")
+		if code != exitConfig || !strings.Contains(stderr, "is not a node of a Redis Cluster") || !strings.Contains(stderr, "dlock: hint: drop --cluster") {
+			t.Errorf("--cluster against a standalone server: exit %d, %q", code, stderr)
+		}
+	})
+	t.Run("a Redlock refused", func(t *testing.T) {
+		servers := dlocktest.StartN(t, 2, dlocktest.WithArgs("--requirepass", "pw"))
+		code, _, stderr := dlockRun(t, "run", "--redis", servers[0].URL()+","+servers[1].URL(), "job", "--", "true")
+		if code != exitConfig || !strings.Contains(stderr, "dlock: the Redlock's nodes refused dlock's commands (a quorum needs 2 of 2): node ") ||
+			strings.Contains(stderr, "Redis at a Redlock") {
+			t.Errorf("a Redlock whose nodes refuse: exit %d, %q", code, stderr)
+		}
+	})
+	t.Run("help", func(t *testing.T) {
+		for _, sub := range []string{"status", "release"} {
+			_, stdout, _ := dlockRun(t, "help", sub)
+			if strings.Contains(stdout, "forwarding signals") || !strings.Contains(stdout, "-v, --verbose") {
+				t.Errorf("dlock help %s gives -v the help of run: %q", sub, stdout)
+			}
+		}
+	})
 }

@@ -41,12 +41,24 @@ func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 		c.errorf("%s", strings.TrimPrefix(errText(err), "Redis refused the command (misconfigured): "))
 		c.hintf("%s", configHint(err))
 		return exitConfig
+	case errors.Is(err, dlock.ErrMisconfigured) && t.kind == "cluster" && strings.Contains(err.Error(), "cluster support disabled"):
+		c.errorf("the server at %s is not a node of a Redis Cluster (%s)", strings.Join(t.names, ","), nodeErrorsText(err))
+		c.hintf("drop --cluster: one URL is then that server, several a Redlock over independent servers")
+		return exitConfig
+	case errors.Is(err, dlock.ErrMisconfigured) && t.redlock():
+		c.errorf("the Redlock's nodes refused dlock's commands (%s): %s", t.quorumText(), nodeErrorsText(err))
+		c.hintf("%s", configHint(err))
+		return exitConfig
 	case errors.Is(err, dlock.ErrMisconfigured):
-		c.errorf("Redis at %s refused dlock's commands: %s", t.describe(), nodeErrorsText(err))
+		c.errorf("%s refused dlock's commands: %s", t.server(), nodeErrorsText(err))
 		c.hintf("%s", configHint(err))
 		return exitConfig
 	case errors.Is(err, dlock.ErrUnavailable):
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
+		if t.redlock() {
+			c.errorf("cannot reach enough of the Redlock's nodes (%s): %s", t.quorumText(), nodeErrorsText(err))
+		} else {
+			c.errorf("cannot reach %s: %s", t.server(), nodeErrorsText(err))
+		}
 		msg := err.Error()
 		if !hint {
 			return exitUnavailable
@@ -90,6 +102,8 @@ func configHint(err error) string {
 		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
 	case has("is held with limit", "is held with shared holds"):
 		return "every copy that runs under KEY must give the same --limit (without it, 1), or --shared for shared holders: KEY is a semaphore of that many permits, or has shared holders"
+	case has("cluster support disabled"):
+		return "the server is not a node of a Redis Cluster: drop --cluster"
 	case has("MOVED", "CROSSSLOT", "ASK "):
 		return "the server is a node of a Redis Cluster, which a plain URL reaches only for the keys of its own slots: add --cluster"
 	case has("DB index"):

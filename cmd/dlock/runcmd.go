@@ -77,8 +77,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--metadata is %d bytes, longer than %d", len(*metadata), dlock.MaxMetadata)
 	}
 	how := dlock.WithLimit(*limit)
+	t.limit, t.shared = *limit, *shared
 	if *shared {
-		how = dlock.WithShared()
+		how, t.limit = dlock.WithShared(), 0
 	}
 	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata), how)
 	if lock == nil {
@@ -300,14 +301,33 @@ func (c *cli) notAcquired(t *target, key string, wait time.Duration, err error) 
 		c.errorf("could not acquire %q: %s; the command did not run", key, errText(err))
 		return exitFailure
 	case wait > 0:
-		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
+		c.notef("%s after waiting %s; the command did not run", busyText(t, key, true), wait)
 	default:
-		c.notef("%q is held elsewhere; the command did not run", key)
+		c.notef("%s; the command did not run", busyText(t, key, false))
 		if !c.quiet {
 			c.hintf("use --wait DURATION to wait for it")
 		}
 	}
 	return exitNotAcquired
+}
+
+// busyText says why the lock key could not be taken: held elsewhere, all
+// the permits of a --limit taken, or, for --shared, an exclusive holder or
+// one waiting. still: after waiting.
+func busyText(t *target, key string, still bool) string {
+	switch {
+	case t.limit > 1 && still:
+		return fmt.Sprintf("all %d permits of %q were still taken", t.limit, key)
+	case t.limit > 1:
+		return fmt.Sprintf("all %d permits of %q are taken", t.limit, key)
+	case t.shared && still:
+		return fmt.Sprintf("%q was still held, or wanted by a waiting copy, without --shared", key)
+	case t.shared:
+		return fmt.Sprintf("%q is held, or wanted by a waiting copy, without --shared", key)
+	case still:
+		return fmt.Sprintf("%q is still held elsewhere", key)
+	}
+	return fmt.Sprintf("%q is held elsewhere", key)
 }
 
 // supervise runs the command and waits for four things at once: its exit,

@@ -20,7 +20,12 @@ type target struct {
 	locker  *dlock.Locker
 	clients []redis.UniversalClient
 	names   []string // the URLs, passwords redacted
-	kind    string   // "" (one server or a Redlock), "cluster" or "sentinel"
+	kind    string   // "" (one server or a Redlock), "cluster" or the master's name (Sentinel)
+	// limit is dlock run's --limit (0 for the other commands and for
+	// --shared), shared its --shared: a quorum's size, and how a busy lock
+	// is told.
+	limit  int
+	shared bool
 	// tlsWithoutCert: TLS URLs, and no client certificate; plainText: a
 	// redis:// URL (no TLS).
 	tlsWithoutCert, plainText bool
@@ -39,7 +44,8 @@ func (t *target) Close() {
 	t.closeClients()
 }
 
-// describe names the deployment in messages.
+// describe names the deployment in messages: the URL of one server, else
+// what the URLs are.
 func (t *target) describe() string {
 	switch {
 	case t.kind == "cluster":
@@ -49,7 +55,24 @@ func (t *target) describe() string {
 	case len(t.names) == 1:
 		return t.names[0]
 	}
-	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", quorum.For(len(t.names), 1), len(t.names))
+	return fmt.Sprintf("a Redlock of %d nodes (%s)", len(t.names), t.quorumText())
+}
+
+// server names one deployment as the subject of a message: "Redis at URL"
+// for one server, else as describe does.
+func (t *target) server() string {
+	if t.kind == "" && len(t.names) == 1 {
+		return "Redis at " + t.names[0]
+	}
+	return t.describe()
+}
+
+// redlock reports whether the URLs are the nodes of a Redlock.
+func (t *target) redlock() bool { return t.kind == "" && len(t.names) > 1 }
+
+// quorumText says how many of a Redlock's nodes a lock needs.
+func (t *target) quorumText() string {
+	return fmt.Sprintf("a quorum needs %d of %d", quorum.For(len(t.names), t.limit), len(t.names))
 }
 
 // nodes is how many independent deployments the lock is on.

@@ -59,11 +59,27 @@ const redisFlagsUsage = `    --redis URL
     --prefix STRING
         Prefix of the Redis keys (default "dlock:"). Processes that must exclude
         each other need the same prefix.
-    -q, --quiet
+`
+
+// The verbosity flags, in the words of each subcommand.
+const (
+	runVerbosityUsage = `    -q, --quiet
         Print only errors.
     -v, --verbose
         Say what dlock does: acquiring, forwarding signals, releasing.
 `
+	statusVerbosityUsage = `    -q, --quiet
+        With --held, print nothing (the exit status answers); errors are
+        printed.
+    -v, --verbose
+        Say which Redis the status is read from.
+`
+	releaseVerbosityUsage = `    -q, --quiet
+        Leave out the warning about a live holder; errors are printed.
+    -v, --verbose
+        Say which Redis the lock is deleted on.
+`
+)
 
 var subUsage = map[string]string{
 	"run": `Usage: dlock run [flags] KEY -- COMMAND [ARG]...
@@ -128,7 +144,7 @@ Flags:
         holders of KEY, never beside one without it (an exclusive holder).
         A copy without --shared that waits for KEY stops new shared holds
         from starting, so it is not starved. Not with --limit.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + runVerbosityUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
     75             the lock was held elsewhere for all of --wait; COMMAND did not
@@ -189,7 +205,7 @@ Flags:
         semaphore: by at least one holder), 3 when it is free (as LSB's
         "status" of a service that is not running); with -q, print nothing.
         Not with --watch.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + statusVerbosityUsage + `
 Exit status: 0; with --held, 3 when KEY is free; 69 when no Redis node
 answered (not with --watch); 78 when Redis refused the commands (see dlock
 help run); 64 on a usage error.
@@ -213,7 +229,7 @@ fencing is the defence. --force is required.
 Flags:
     --force
         Required: confirms that the lock is to be deleted regardless of owner.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + releaseVerbosityUsage + `
 Exit status: 0; 1 when some node could not be reached; 69 when none could;
 78 when Redis refused the commands; 64 on a usage error.
 
