@@ -52,6 +52,9 @@ type Locker struct {
 	sharded *inbox.Sharded
 	// nameCache caches the names of recently used keys (see names).
 	nameCache *keys.Cache
+	// servers checks that a Redlock's nodes are distinct servers (nil for
+	// one node): its own lock and atomics.
+	servers *serverIDs
 
 	// The lifetimes, each ended by Close alone, in this order: done
 	// (below) is closed when Close begins (waiting calls return, observers
@@ -120,22 +123,31 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 // algorithm): a lock is held when a majority, N/2+1, granted it within its
 // validity, so the loss of a minority of nodes is survived. The clients must
 // reach distinct deployments that do not replicate to each other. It
-// returns an error wrapping ErrInvalid for an empty list, a nil client, the
-// same client twice, a *redis.Ring (see New), or an invalid Option. Close the Locker when done; it
+// returns an error wrapping ErrInvalid for an empty list, a nil client, a
+// *redis.Ring (see New), or an invalid Option; and one wrapping both
+// ErrMisconfigured and ErrInvalid, naming the server, for the same client
+// twice, two *redis.Client of one address (Options().Addr), or two Cluster
+// clients that share a seed address: a quorum of clients of one server is
+// one point of failure. Two addresses of one server (127.0.0.1:P and
+// localhost:P, a proxy in front of it) only the servers can tell: the
+// Locker asks each node its run id (INFO server, once, sent with its first
+// acquisition rounds), and an acquisition whose round finds two nodes with
+// one run id fails with an error wrapping ErrMisconfigured that names both
+// addresses, as does every acquisition after it (the keys the round set
+// are cleaned up). A node that refuses INFO (an ACL user without +info)
+// is not checked, nor is a Cluster client. Close the Locker when done; it
 // does not close the clients.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
 		return nil, invalid("NewRedlock needs at least one client")
 	}
-	seen := make(map[redis.UniversalClient]int, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			return nil, invalid("client %d of %d is nil", i, len(clients))
 		}
-		if j, dup := seen[c]; dup {
-			return nil, invalid("clients %d and %d are the same client", j, i)
-		}
-		seen[c] = i
+	}
+	if err := sameAddress(clients); err != nil {
+		return nil, err
 	}
 	l := newLocker(clients, opts)
 	if l.cfg.err != nil {
@@ -198,6 +210,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		l.subs = append(l.subs, l.newInbox(i))
 		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
+	l.servers = newServerIDs(l.nodes)
 	return l
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/serverinfo"
 )
 
 // target is the Redis deployment a command talks to.
@@ -155,6 +156,9 @@ func (r *redisFlags) open() (*target, error) {
 		}
 		t.clients = []redis.UniversalClient{redis.NewFailoverClient(fo)}
 	default:
+		if err := sameAddress(opts, t.names); err != nil {
+			return nil, err
+		}
 		for _, o := range opts {
 			t.clients = append(t.clients, redis.NewClient(o))
 		}
@@ -172,11 +176,33 @@ func (r *redisFlags) open() (*target, error) {
 	return t, nil
 }
 
+// sameAddress refuses a Redlock two of whose URLs name one address (with
+// another database: the same one is a usage error): one server, as
+// NewRedlock would say, in the words of the URLs. It matches
+// dlock.ErrMisconfigured.
+func sameAddress(opts []*redis.Options, names []string) error {
+	for j := range opts {
+		for i := range j {
+			if opts[i].Addr == opts[j].Addr {
+				return fmt.Errorf("%w: Redis URLs %s and %s reach the same server (databases %d and %d of it): a Redlock needs independent masters",
+					dlock.ErrMisconfigured, names[i], names[j], opts[i].DB, opts[j].DB)
+			}
+		}
+	}
+	return nil
+}
+
 // open opens the deployment the flags name, for the subcommand sub; on
 // failure it reports and returns nil and the exit status: 64 for bad flags
 // or URLs, 78 for URLs that reach the same server twice.
 func (c *cli) open(ctx context.Context, sub string, rf *redisFlags) (*target, int) {
 	t, err := rf.open()
+	if errors.Is(err, dlock.ErrMisconfigured) {
+		// Two URLs of one address, with another database (sameAddress).
+		c.errorf("%s", strings.TrimPrefix(errText(err), "Redis refused the command (misconfigured): "))
+		c.hintf("%s", sameServerHint)
+		return nil, exitConfig
+	}
 	if err != nil {
 		return nil, c.usageError(sub, "%s", err)
 	}
@@ -233,35 +259,25 @@ func (t *target) inspect(ctx context.Context) (hint string, err error) {
 	wg.Wait()
 	ids := make([]string, len(infos))
 	for i, info := range infos {
-		if infoField(info, "cluster_enabled") == "1" {
+		if serverinfo.Field(info, "cluster_enabled") == "1" {
 			return "add --cluster: the URLs are then seed nodes of the Cluster, and every key goes to its master",
 				fmt.Errorf("the server at %s is a node of a Redis Cluster, and a plain URL reaches only its own slots", t.names[i])
 		}
-		ids[i] = infoField(info, "run_id")
+		ids[i] = serverinfo.RunID(info)
 	}
-	for i := range ids {
-		for j := range i {
-			if ids[i] != "" && ids[i] == ids[j] {
-				return "give each independent master once",
-					fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[j], t.names[i], ids[i])
-			}
-		}
+	if i, j, ok := serverinfo.Repeated(ids); ok {
+		return sameServerHint,
+			fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[i], t.names[j], ids[i])
 	}
 	return "", nil
 }
 
+// sameServerHint follows the refusal of a Redlock that reaches one server
+// twice.
+const sameServerHint = "give each independent master once"
+
 // inspectTimeout bounds inspect: the node timeout of the default TTL.
 const inspectTimeout = time.Second
-
-// infoField is the value of field in INFO's text, or "".
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
 
 func (t *target) closeClients() {
 	for _, cl := range t.clients {
