@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
@@ -105,4 +106,28 @@ func TestWording(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNewcomerMistakes: rediss:// to a port that speaks plain text is told
+// so, with the fix, within the node timeout (it took 10s and ended in
+// "context deadline exceeded" with the generic hint); a missing password
+// gets the CLI's hint, not the library's advice to a Go program.
+func TestNewcomerMistakes(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	start := time.Now()
+	code, _, stderr := dlockRun(t, "run", "--redis", "rediss://"+s.Addr(), "job", "--", "true")
+	took := time.Since(start)
+	if code != exitUnavailable || !strings.Contains(stderr, "dlock: hint: the server at "+s.Addr()+" speaks plain text, not TLS: write redis:// instead of rediss://") {
+		t.Errorf("rediss:// to a plain port: exit %d, %q", code, stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("rediss:// to a plain port took %s; the node timeout is 1s", took)
+	}
+
+	secured := dlocktest.Start(t, dlocktest.WithArgs("--requirepass", "pw"))
+	code, _, stderr = dlockRun(t, "run", "--redis", secured.URL(), "job", "--", "true")
+	if code != exitConfig || !strings.Contains(stderr, "dlock: hint: the server requires a password: give it in the URL") || strings.Contains(stderr, "client's options") {
+		t.Errorf("no password: exit %d, %q", code, stderr)
+	}
 }

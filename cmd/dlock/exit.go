@@ -64,7 +64,14 @@ func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 			return exitUnavailable
 		}
 		dropped := strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")
+		plainAt := ""
+		if strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout") {
+			plainAt = t.plainTextTLSAddr()
+		}
 		switch {
+		case plainAt != "":
+			// A TLS handshake to a plain-text port gets no answer.
+			c.hintf("the server at %s speaks plain text, not TLS: write redis:// instead of rediss://", plainAt)
 		case dropped && t.tlsWithoutCert:
 			// With TLS 1.3 a server that requires a client certificate
 			// may close the connection before its alert is read.
@@ -163,10 +170,11 @@ func countNodeErrors(err error) int {
 // errText is err's message on one line, without the "dlock: " prefix of the
 // library's errors, which the CLI's own messages carry already.
 // The library's advice to a Go program that met MOVED through a plain
-// client is left out too: the CLI's hint names --cluster instead.
+// client, or no password, is left out too: the CLI's hint names --cluster,
+// or the URL's password, instead.
 func errText(err error) string {
 	s := strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
 	return clusterAdvice.ReplaceAllString(s, "")
 }
 
-var clusterAdvice = regexp.MustCompile(` \(the server is a node of a Redis Cluster, [^)]*\)`)
+var clusterAdvice = regexp.MustCompile(` \((the server is a node of a Redis Cluster, |the server requires a password: set Password)[^)]*\)`)

@@ -28,8 +28,9 @@ type target struct {
 	limit  int
 	shared bool
 	// tlsWithoutCert: TLS URLs, and no client certificate; plainText: a
-	// redis:// URL (no TLS).
+	// redis:// URL (no TLS); tlsAddrs: the addresses of the rediss:// URLs.
 	tlsWithoutCert, plainText bool
+	tlsAddrs                  []string
 	// inspection is closed once inspect, started by open, has set wrong
 	// (a mistake in the URLs, nil if none) and its hint.
 	inspection chan struct{}
@@ -66,6 +67,17 @@ func (t *target) server() string {
 		return "Redis at " + t.names[0]
 	}
 	return t.describe()
+}
+
+// plainTextTLSAddr is the address of a rediss:// URL whose server speaks
+// plain text (see plainTextAt), or "".
+func (t *target) plainTextTLSAddr() string {
+	for _, a := range t.tlsAddrs {
+		if plainTextAt(a, inspectTimeout) {
+			return a
+		}
+	}
+	return ""
 }
 
 // redlock reports whether the URLs are the nodes of a Redlock.
@@ -122,6 +134,10 @@ func (r *redisFlags) open() (*target, error) {
 		} else if tlsCfg != nil {
 			return nil, fmt.Errorf("Redis URL %s: the --tls-* flags need a rediss:// URL", name)
 		}
+		if opt.TLSConfig != nil {
+			opt.Dialer = tlsDialer(opt.TLSConfig)
+			t.tlsAddrs = append(t.tlsAddrs, opt.Addr)
+		}
 		id := fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
 		if prev, dup := seen[id]; dup {
 			return nil, fmt.Errorf("Redis URLs %s and %s name the same database; a Redlock needs independent servers", prev, name)
@@ -142,6 +158,9 @@ func (r *redisFlags) open() (*target, error) {
 			return nil, fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
 		}
 		co := &redis.ClusterOptions{Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		if o.TLSConfig != nil {
+			co.Dialer = tlsDialer(o.TLSConfig)
+		}
 		for _, o := range opts {
 			co.Addrs = append(co.Addrs, o.Addr)
 		}
@@ -151,6 +170,9 @@ func (r *redisFlags) open() (*target, error) {
 		o := opts[0]
 		fo := &redis.FailoverOptions{MasterName: r.sentinel, Username: o.Username, Password: o.Password, DB: o.DB,
 			SentinelPassword: r.sentinelPassword, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		if o.TLSConfig != nil {
+			fo.Dialer = tlsDialer(o.TLSConfig)
+		}
 		for _, o := range opts {
 			fo.SentinelAddrs = append(fo.SentinelAddrs, o.Addr)
 		}
