@@ -160,11 +160,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 				reg := regs[i]
 				a = argv.WaiterCommand(nm.AcquireKeys(), script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh})
 			}
-			wait := l.servers.ask(ctx, i, c) // nil once the node's run id is known
+			asked := l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
-			if wait != nil {
-				wait()
-			}
+			asked()
 			if err != nil {
 				return script.AcquireReply{}, err
 			}

@@ -132,15 +132,16 @@ func (s *serverIDs) refusal() error {
 // learnt and no INFO to it is under way, on a goroutine of its own so that
 // it goes out with the round's command (see quorum's batcher). It returns
 // the function that waits for the answer (bounded by ctx, as the round's
-// command is) and records it, or nil when there is nothing to ask.
+// command is) and records it, or one that does nothing when there is
+// nothing to ask.
 func (s *serverIDs) ask(ctx context.Context, i int, c redis.UniversalClient) (wait func()) {
 	if s == nil || s.left.Load() == 0 {
-		return nil
+		return nothingAsked
 	}
 	s.mu.Lock()
 	if s.known[i] || s.asking[i] {
 		s.mu.Unlock()
-		return nil
+		return nothingAsked
 	}
 	s.asking[i] = true
 	s.mu.Unlock()
@@ -148,6 +149,8 @@ func (s *serverIDs) ask(ctx context.Context, i int, c redis.UniversalClient) (wa
 	go func() { answer <- c.Info(ctx, "server") }()
 	return func() { s.record(i, <-answer) }
 }
+
+func nothingAsked() {}
 
 // record records node i's answer to INFO: its run id, or a refusal (not
 // checked then); a failure to answer leaves it to be asked again.

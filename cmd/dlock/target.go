@@ -150,12 +150,32 @@ func (r *redisFlags) open() (*target, error) {
 		t.names = append(t.names, name)
 	}
 	lockerOpts := []dlock.Option{dlock.WithPrefix(r.prefix)}
+	if err := r.makeClients(t, opts); err != nil {
+		return nil, err
+	}
+	if len(t.clients) == 1 {
+		t.locker = dlock.New(t.clients[0], lockerOpts...)
+		return t, nil
+	}
+	l, err := dlock.NewRedlock(t.clients, lockerOpts...)
+	if err != nil {
+		t.closeClients()
+		return nil, err
+	}
+	t.locker = l
+	return t, nil
+}
+
+// makeClients makes t's clients, and sets its kind, from the URLs' options:
+// one Cluster client of the URLs as seeds (--cluster), one Sentinel client
+// (--sentinel), else one client per URL.
+func (r *redisFlags) makeClients(t *target, opts []*redis.Options) error {
 	switch {
 	case r.cluster:
 		t.kind = "cluster"
 		o := opts[0]
 		if o.DB != 0 {
-			return nil, fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
+			return fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
 		}
 		co := &redis.ClusterOptions{Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, DisableIndentity: true}
 		if o.TLSConfig != nil {
@@ -179,23 +199,13 @@ func (r *redisFlags) open() (*target, error) {
 		t.clients = []redis.UniversalClient{redis.NewFailoverClient(fo)}
 	default:
 		if err := sameAddress(opts, t.names); err != nil {
-			return nil, err
+			return err
 		}
 		for _, o := range opts {
 			t.clients = append(t.clients, redis.NewClient(o))
 		}
 	}
-	if len(t.clients) == 1 {
-		t.locker = dlock.New(t.clients[0], lockerOpts...)
-		return t, nil
-	}
-	l, err := dlock.NewRedlock(t.clients, lockerOpts...)
-	if err != nil {
-		t.closeClients()
-		return nil, err
-	}
-	t.locker = l
-	return t, nil
+	return nil
 }
 
 // sameAddress refuses a Redlock two of whose URLs name one address (with
