@@ -84,6 +84,17 @@ func TestWording(t *testing.T) {
 			t.Errorf("the fourth copy of --limit 3 with --wait: exit %d, %q", code, stderr)
 		}
 	})
+	t.Run("shared", func(t *testing.T) {
+		k, err := newLocker(t, s).TryAcquire(context.Background(), "readers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(context.Background())
+		code, _, stderr := dlockRun(t, "run", "--redis", s.URL(), "--shared", "readers", "--", "true")
+		if code != exitNotAcquired || !strings.Contains(stderr, `dlock: "readers" is held, or wanted by a waiting copy, without --shared; the command did not run`) {
+			t.Errorf("--shared beside an exclusive holder: exit %d, %q", code, stderr)
+		}
+	})
 	t.Run("cluster against a standalone server", func(t *testing.T) {
 		code, _, stderr := dlockRun(t, "run", "--cluster", "--redis", s.URL(), "job", "--", "true")
 		if code != exitConfig || !strings.Contains(stderr, "is not a node of a Redis Cluster") || !strings.Contains(stderr, "dlock: hint: drop --cluster") {
