@@ -66,6 +66,15 @@ func closedErr(key string) error { return fmt.Errorf("%w: acquire %q", ErrClosed
 // for good (see ErrMisconfigured), including a refused subscription to the
 // waiters' channel; ErrClosed when the Locker is closed; ErrInvalid for bad
 // arguments.
+//
+// With a ctx that has no deadline, Acquire waits for as long as too few
+// nodes answer: against a wrong address, for ever. So that such a wait is
+// not silent, the first one of a Locker is logged at Warn through
+// slog.Default, unless WithLogger logs the nodes' failures already, naming
+// the node, its error and what to check (nothing listens at the address,
+// no answer in time, a TLS mismatch); once, until a round of an Acquire
+// hears from every node again. Give ctx a deadline to get the
+// ErrUnavailable error instead.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	cfg, err := l.lockConfig(key, opts)
 	if err != nil {
@@ -121,6 +130,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		ready := l.inboxReady(ks)
 		k, res := l.attempt(ctx, key, cfg, ks, ready)
 		a.attempted(k, res.class())
+		l.noteNodes(ctx, key, k, &res)
 		if k != nil {
 			return k, nil
 		}
@@ -163,6 +173,7 @@ func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a 
 	}
 	k, res := l.attempt(ctx, key, cfg, nil, nil)
 	a.attempted(k, res.class())
+	l.noteNodes(ctx, key, k, &res)
 	switch {
 	case k != nil:
 		return k, nil, true

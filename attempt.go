@@ -41,6 +41,9 @@ type attemptResult struct {
 	// limitErr is set when a node holds the key with another limit (see
 	// WithLimit): ErrMisconfigured (and ErrInvalid), returned at once.
 	limitErr error
+	// sameServer is set when two of a Redlock's nodes reach one server
+	// (see serverIDs): ErrMisconfigured, returned at once.
+	sameServer error
 }
 
 // class is the attempt's error class (see outcome.class): a quorum reached
@@ -50,6 +53,8 @@ func (r *attemptResult) class() error {
 	switch {
 	case r.closed:
 		return ErrClosed
+	case r.sameServer != nil:
+		return ErrMisconfigured
 	case r.late:
 		return ErrUnavailable
 	}
@@ -84,6 +89,9 @@ func (r *attemptResult) err(key string, ctx context.Context) error {
 	if r.limitErr != nil {
 		return r.limitErr
 	}
+	if r.sameServer != nil {
+		return fmt.Errorf("%w (acquiring %q)", r.sameServer, key)
+	}
 	class := r.class()
 	if ctx.Err() != nil && r.cutShort(true) && !r.closed {
 		return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctx.Err())
@@ -115,6 +123,9 @@ func (r *attemptResult) err(key string, ctx context.Context) error {
 // the lock records the nodes that did not answer, and cleans them up when it
 // dies.
 func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *keyState, ready []bool) (*Lock, attemptResult) {
+	if err := l.servers.refusal(); err != nil {
+		return nil, attemptResult{outcome: l.newOutcome(key, l.quorumFor(cfg.limit)), sameServer: err}
+	}
 	token := newToken()
 	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
 	timeout := l.nodeTimeout(cfg.ttl)
@@ -155,7 +166,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 					a = argv.WaiterCommand(nm.AcquireKeys(), w)
 				}
 			}
+			asked := l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
+			asked()
 			if err != nil {
 				return script.AcquireReply{}, err
 			}
@@ -177,8 +190,9 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	effects, answered := perNode(effBuf[:], n), perNode(ansBuf[:], n)
 	fence, grantedNodes := res.classify(l, cfg, nm, ks, regs, results, effects, answered, grantBuf[:0])
 	res.settleMissing(l, ks, regs, missing, effects, answered)
+	res.sameServer = l.servers.refusal()
 	var k *Lock
-	if res.ok >= q {
+	if res.ok >= q && res.sameServer == nil {
 		k = l.grant(ctx, &res, nm, token, tokenArg, cfg, fence, results, timeout, start, effects)
 	}
 	switch {

@@ -99,12 +99,12 @@ func TestBadInputs(t *testing.T) {
 		{"L9", func() error { return good.Do(ctx(t), "k", nil) }, dlock.ErrInvalid, "Do needs a function"},
 		{"L10", func() error { _, err := dlock.NewRedlock(nil); return err }, dlock.ErrInvalid, "at least one client"},
 		{"L11", func() error { _, err := dlock.NewRedlock([]redis.UniversalClient{pc, nil}); return err }, dlock.ErrInvalid, "client 1 of 2 is nil"},
-		{"L12", func() error { _, err := dlock.NewRedlock([]redis.UniversalClient{pc, pc}); return err }, dlock.ErrInvalid, "are the same client"},
+		{"L12", func() error { _, err := dlock.NewRedlock([]redis.UniversalClient{pc, pc}); return err }, dlock.ErrMisconfigured, "are the same client, of"},
 		{"L13", func() error { return try(newLocker(t, ring), "k") }, dlock.ErrInvalid, "Ring"},
 		{"L14", func() error { return held.Extend(ctx(t), 0) }, dlock.ErrInvalid, "TTL must be positive"},
 		{"L15", func() error { return nilLock.Release(ctx(t)) }, dlock.ErrNotHeld, "Release on a nil *Lock"},
 		{"L16", func() error { return try(on(redis.Options{Addr: secured.Addr(), Password: "wrong"}), "k") }, dlock.ErrMisconfigured, "WRONGPASS"},
-		{"L17", func() error { return try(on(redis.Options{Addr: secured.Addr()}), "k") }, dlock.ErrMisconfigured, "unauthenticated"},
+		{"L17", func() error { return try(on(redis.Options{Addr: secured.Addr()}), "k") }, dlock.ErrMisconfigured, "unauthenticated multibulk length (the server requires a password"},
 		{"L18", func() error {
 			return try(on(redis.Options{Addr: secured.Addr(), Username: "nokeys", Password: "pw"}), "k")
 		}, dlock.ErrMisconfigured, "NOPERM"},
@@ -134,6 +134,22 @@ func TestBadInputs(t *testing.T) {
 		{"L31", func() error { _, err := good.Campaign(ctx(t), "k", "me", dlock.WithShared()); return err }, dlock.ErrInvalid, "WithShared does not apply"},
 		{"L32", func() error { _, err := good.AcquireAll(ctx(t), nil); return err }, dlock.ErrInvalid, "AcquireAll needs at least one key"},
 		{"L33", func() error { _, err := good.AcquireAll(ctx(t), []string{"a", "b", "a"}); return err }, dlock.ErrInvalid, `key "a" is named twice`},
+		{"L34", func() error {
+			pc2 := plain.Client()
+			defer pc2.Close()
+			_, err := dlock.NewRedlock([]redis.UniversalClient{pc, pc2})
+			return err
+		}, dlock.ErrMisconfigured, "clients 0 and 1 both reach"},
+		{"L35", func() error {
+			lc := redis.NewClient(&redis.Options{Addr: "localhost:" + plain.Addr()[strings.LastIndexByte(plain.Addr(), ':')+1:]})
+			defer lc.Close()
+			l, err := dlock.NewRedlock([]redis.UniversalClient{pc, lc})
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			return try(l, "k")
+		}, dlock.ErrMisconfigured, "are the same Redis server (run id"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			err := tc.err()

@@ -42,7 +42,9 @@ var (
 	// node (MOVED, CROSSSLOT: the client is not a Cluster client), an
 	// unknown command, a script error, a wrong database index, or a TLS
 	// certificate that is not trusted. It is returned at once, also by
-	// Acquire, wrapping each node's error as *NodeError. A key held with
+	// Acquire, wrapping each node's error as *NodeError. Two nodes of a
+	// Redlock that reach one server are misconfigured too (see NewRedlock:
+	// the error names both). A key held with
 	// another limit (see WithLimit) is misconfigured too: the copies of a
 	// fleet disagree; that error names both limits and also matches
 	// ErrInvalid.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,14 @@ type Locker struct {
 	sharded *inbox.Sharded
 	// nameCache caches the names of recently used keys (see names).
 	nameCache *keys.Cache
+	// servers checks that a Redlock's nodes are distinct servers (nil for
+	// one node): its own lock and atomics.
+	servers *serverIDs
+	// logsNodes: WithLogger logs the nodes' failures (see noteNodes);
+	// toldUnreachable: slog.Default was told of a wait for nodes that do
+	// not answer, and these have not all answered since.
+	logsNodes       bool
+	toldUnreachable atomic.Bool
 
 	// The lifetimes, each ended by Close alone, in this order: done
 	// (below) is closed when Close begins (waiting calls return, observers
@@ -106,7 +115,12 @@ type Locker struct {
 // hooks (v9.23 does), and with a Cluster client that does not honour ctx
 // deadlines, each call runs on a helper goroutine instead, which dlock stops
 // waiting for at the deadline (a goroutine hand-off per call), so that the
-// hooks see every command. Commands that several goroutines send to the
+// hooks see every command. So does a call on a client with a TLSConfig
+// whose DialTimeout (default 5s) is longer than the call's timeout:
+// go-redis' TLS dialer bounds a new connection's handshake by DialTimeout
+// alone, not by the context (a TLS client pointed at a port that speaks
+// plain text, or at a frozen server, would wait for it); set DialTimeout
+// to at most the node timeout to have such calls run inline. Commands that several goroutines send to the
 // Redis at the same time go out as one pipeline, through the client's
 // pipeline hooks.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
@@ -120,22 +134,31 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 // algorithm): a lock is held when a majority, N/2+1, granted it within its
 // validity, so the loss of a minority of nodes is survived. The clients must
 // reach distinct deployments that do not replicate to each other. It
-// returns an error wrapping ErrInvalid for an empty list, a nil client, the
-// same client twice, a *redis.Ring (see New), or an invalid Option. Close the Locker when done; it
+// returns an error wrapping ErrInvalid for an empty list, a nil client, a
+// *redis.Ring (see New), or an invalid Option; and one wrapping both
+// ErrMisconfigured and ErrInvalid, naming the server, for the same client
+// twice, two *redis.Client of one address (Options().Addr), or two Cluster
+// clients that share a seed address: a quorum of clients of one server is
+// one point of failure. Two addresses of one server (127.0.0.1:P and
+// localhost:P, a proxy in front of it) only the servers can tell: the
+// Locker asks each node its run id (INFO server, once, sent with its first
+// acquisition rounds), and an acquisition whose round finds two nodes with
+// one run id fails with an error wrapping ErrMisconfigured that names both
+// addresses, as does every acquisition after it (the keys the round set
+// are cleaned up). A node that refuses INFO (an ACL user without +info)
+// is not checked, nor is a Cluster client. Close the Locker when done; it
 // does not close the clients.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
 		return nil, invalid("NewRedlock needs at least one client")
 	}
-	seen := make(map[redis.UniversalClient]int, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			return nil, invalid("client %d of %d is nil", i, len(clients))
 		}
-		if j, dup := seen[c]; dup {
-			return nil, invalid("clients %d and %d are the same client", j, i)
-		}
-		seen[c] = i
+	}
+	if err := sameAddress(clients); err != nil {
+		return nil, err
 	}
 	l := newLocker(clients, opts)
 	if l.cfg.err != nil {
@@ -183,6 +206,11 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.renewals.fire = l.renewDue
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	l.hook = hookOf(cfg.hooks)
+	for _, h := range cfg.hooks {
+		if _, ok := h.(*logHook); ok {
+			l.logsNodes = true
+		}
+	}
 	for i, c := range clients {
 		node := quorum.NewNode(c, "#"+strconv.Itoa(i))
 		if h := l.hook; h != nil {
@@ -198,6 +226,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 		l.subs = append(l.subs, l.newInbox(i))
 		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
+	l.servers = newServerIDs(l.nodes)
 	return l
 }
 
@@ -359,10 +388,16 @@ func (l *Locker) spawn(fn func()) {
 // nodeErr is node i's failure, for an error message. A plain client that
 // reached a node of a Cluster is told what to use instead: it gets MOVED
 // only for the keys of the other nodes' slots, so that some keys work and
-// others do not.
+// others do not. A client without the password a server requires is told
+// so: Redis' own words for it are "NOAUTH Authentication required", or,
+// for a command of more than ten arguments (the scripts'), "Protocol
+// error: unauthenticated multibulk length".
 func (l *Locker) nodeErr(i int, err error) error {
-	if !l.nodes[i].Cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CROSSSLOT")) {
+	switch {
+	case !l.nodes[i].Cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CROSSSLOT")):
 		err = fmt.Errorf("%w (the server is a node of a Redis Cluster, which a plain client reaches only for the keys of its own slots: give dlock a *redis.ClusterClient, from redis.NewClusterClient)", err)
+	case redis.HasErrorPrefix(err, "NOAUTH") || (quorum.IsReply(err) && strings.Contains(err.Error(), "unauthenticated")):
+		err = fmt.Errorf("%w (the server requires a password: set Password, and Username for an ACL user, in the client's options)", err)
 	}
 	return &NodeError{Addr: l.nodes[i].Addr, Err: err}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
+	"github.com/dlock-dev/dlock/internal/serverinfo"
 )
 
 // runOn runs a script's command (args, from one of internal/script's
@@ -64,14 +65,7 @@ func versionError(ctx context.Context, c redis.UniversalClient, err error) error
 }
 
 // serverVersion is redis_version from INFO's text, or "".
-func serverVersion(info string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return ""
-}
+func serverVersion(info string) string { return serverinfo.Field(info, "redis_version") }
 
 // versionBelow reports whether the dotted version a is below b.
 func versionBelow(a, b string) bool {

@@ -111,6 +111,7 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	if code := c.inspected(t); code >= 0 {
 		return code
 	}
+	c.debugf("reading the status of %q from %s", key, t.describe())
 	if watch {
 		return c.watchStatus(ctx, t, key, *asJSON, *interval)
 	}
@@ -265,6 +266,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 	if code := c.inspected(t); code >= 0 {
 		return code
 	}
+	c.debugf("deleting the lock %q on %s", key, t.describe())
 	// What is about to be deleted, to say so; a snapshot, best effort.
 	st, _ := t.locker.Status(ctx, key)
 	n, err := t.locker.ForceRelease(ctx, key)
@@ -285,7 +287,7 @@ func (c *cli) release(ctx context.Context, args []string) int {
 			what += fmt.Sprintf(", %s left", ttlText(st.TTL))
 		}
 		fmt.Fprintf(c.stdout, "dlock: deleted lock %q on %d of %d node(s) (%s)\n", key, n, len(t.clients), what)
-		c.warnf("a live holder sees its lock lost at its next renewal (dlock run then stops its command, status 76), and may act as the holder until then")
+		c.warnf("a live holder sees its lock lost at its next renewal, or at its release (dlock run then exits 76), and may act as the holder until then")
 	}
 	if err != nil {
 		c.errorf("some nodes could not be reached: %s", errText(err))

@@ -77,6 +77,9 @@ func TestBadInputs(t *testing.T) {
 		{"C26", run(frozen.URL(), "job", "--", "true"), exitUnavailable, "context deadline exceeded"},
 		{"C27", run(s.URL(), "busy", "--", "true"), exitNotAcquired, ""},
 		{"C28", []string{"status", "--redis", dead.URL(), "job"}, exitUnavailable, "cannot reach Redis"},
+		{"C13b", run(s.URL()+"/0,"+s.URL()+"/1", "job", "--", "true"), exitConfig, "reach the same server (databases 0 and 1 of it)"},
+		{"C32", run(s.URL(), "--cluster", "job", "--", "true"), exitConfig, "is not a node of a Redis Cluster"},
+		{"C34", run("rediss://"+s.Addr(), "job", "--", "true"), exitUnavailable, "speaks plain text, not TLS: write redis:// instead of rediss://"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			code, _, stderr := dlockRun(t, tc.args...)

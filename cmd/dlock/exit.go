@@ -41,18 +41,37 @@ func (c *cli) reportRedisFailure(t *target, err error, hint bool) int {
 		c.errorf("%s", strings.TrimPrefix(errText(err), "Redis refused the command (misconfigured): "))
 		c.hintf("%s", configHint(err))
 		return exitConfig
+	case errors.Is(err, dlock.ErrMisconfigured) && t.kind == "cluster" && strings.Contains(err.Error(), "cluster support disabled"):
+		c.errorf("the server at %s is not a node of a Redis Cluster (%s)", strings.Join(t.names, ","), nodeErrorsText(err))
+		c.hintf("drop --cluster: one URL is then that server, several a Redlock over independent servers")
+		return exitConfig
+	case errors.Is(err, dlock.ErrMisconfigured) && t.redlock():
+		c.errorf("the Redlock's nodes refused dlock's commands (%s): %s", t.quorumText(), nodeErrorsText(err))
+		c.hintf("%s", configHint(err))
+		return exitConfig
 	case errors.Is(err, dlock.ErrMisconfigured):
-		c.errorf("Redis at %s refused dlock's commands: %s", t.describe(), nodeErrorsText(err))
+		c.errorf("%s refused dlock's commands: %s", t.server(), nodeErrorsText(err))
 		c.hintf("%s", configHint(err))
 		return exitConfig
 	case errors.Is(err, dlock.ErrUnavailable):
-		c.errorf("cannot reach Redis at %s: %s", t.describe(), nodeErrorsText(err))
+		if t.redlock() {
+			c.errorf("cannot reach enough of the Redlock's nodes (%s): %s", t.quorumText(), nodeErrorsText(err))
+		} else {
+			c.errorf("cannot reach %s: %s", t.server(), nodeErrorsText(err))
+		}
 		msg := err.Error()
 		if !hint {
 			return exitUnavailable
 		}
 		dropped := strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")
+		plainAt := ""
+		if strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout") {
+			plainAt = t.plainTextTLSAddr()
+		}
 		switch {
+		case plainAt != "":
+			// A TLS handshake to a plain-text port gets no answer.
+			c.hintf("the server at %s speaks plain text, not TLS: write redis:// instead of rediss://", plainAt)
 		case dropped && t.tlsWithoutCert:
 			// With TLS 1.3 a server that requires a client certificate
 			// may close the connection before its alert is read.
@@ -90,6 +109,8 @@ func configHint(err error) string {
 		return "a Redis key of this lock holds a value of another type: choose another KEY, or another --prefix"
 	case has("is held with limit", "is held with shared holds"):
 		return "every copy that runs under KEY must give the same --limit (without it, 1), or --shared for shared holders: KEY is a semaphore of that many permits, or has shared holders"
+	case has("cluster support disabled"):
+		return "the server is not a node of a Redis Cluster: drop --cluster"
 	case has("MOVED", "CROSSSLOT", "ASK "):
 		return "the server is a node of a Redis Cluster, which a plain URL reaches only for the keys of its own slots: add --cluster"
 	case has("DB index"):
@@ -149,10 +170,11 @@ func countNodeErrors(err error) int {
 // errText is err's message on one line, without the "dlock: " prefix of the
 // library's errors, which the CLI's own messages carry already.
 // The library's advice to a Go program that met MOVED through a plain
-// client is left out too: the CLI's hint names --cluster instead.
+// client, or no password, is left out too: the CLI's hint names --cluster,
+// or the URL's password, instead.
 func errText(err error) string {
 	s := strings.ReplaceAll(strings.ReplaceAll(err.Error(), "dlock: ", ""), "\n", "; ")
 	return clusterAdvice.ReplaceAllString(s, "")
 }
 
-var clusterAdvice = regexp.MustCompile(` \(the server is a node of a Redis Cluster, [^)]*\)`)
+var clusterAdvice = regexp.MustCompile(` \((the server is a node of a Redis Cluster, |the server requires a password: set Password)[^)]*\)`)

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,6 +97,36 @@ func parseURL(raw string) (*redis.Options, string, error) {
 		return nil, name, fmt.Errorf("bad Redis URL %s: no host", name)
 	}
 	return opt, name, nil
+}
+
+// tlsDialer dials with TLS, the handshake bounded by the context, which
+// go-redis' own TLS dialer ignores (it waits for DialTimeout, 5s: the
+// library then stops waiting at its node timeout, but INFO, the inspection
+// of the URLs, does not). No ServerName in cfg: each dial checks the host
+// it dials.
+func tlsDialer(cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}, Config: cfg}
+	return d.DialContext
+}
+
+// plainTextAt reports whether the server at addr answers a plain-text
+// PING within timeout: Redis without TLS on that port (a TLS port answers
+// with an alert, or not at all).
+func plainTextAt(addr string, timeout time.Duration) bool {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return false
+	}
+	return b[0] == '+' || b[0] == '-' // PONG, or an error such as NOAUTH
 }
 
 // tlsConfig is the TLS configuration the --tls-* flags ask for, or nil.

@@ -77,8 +77,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--metadata is %d bytes, longer than %d", len(*metadata), dlock.MaxMetadata)
 	}
 	how := dlock.WithLimit(*limit)
+	t.limit, t.shared = *limit, *shared
 	if *shared {
-		how = dlock.WithShared()
+		how, t.limit = dlock.WithShared(), 0
 	}
 	lock, code := c.acquire(ctx, t, key, *ttl, *wait, sigs, dlock.WithTTL(*ttl), dlock.WithMetadata(*metadata), how)
 	if lock == nil {
@@ -86,18 +87,40 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	}
 	c.debugf("acquired %q on %s (fence %d, ttl %s)", key, t.describe(), lock.Fence(), *ttl)
 	status, lost := c.supervise(ctx, lock, rest, *grace, sigs)
+	return c.released(ctx, lock, status, lost)
+}
 
+// released releases the lock once the command has ended with status, and
+// returns dlock's exit status: the command's own only when something
+// proves that the command ran under the lock to its end, else
+// exitLockLost (lost: supervise saw the lock lost while it ran).
+//
+// What proves it: a release that a quorum confirmed after the command
+// ended. release.lua deletes the key only where it still holds this lock's
+// token, and a token once gone from a key is never written back, so the
+// key held it from the acquisition to the release, the command's end
+// included. A release that could not be confirmed (nodes down or slow)
+// leaves the validity of the last confirmed renewal, which covered the
+// command's end (Lost had not closed then: see supervise), and no sign that
+// the lock was taken: the command's status, with a warning. A release
+// refused (ErrNotHeld: the key expired, or was taken or deleted, as by
+// dlock release --force) proves the opposite at some instant since the last
+// confirmed renewal, which began before the command ended (the next one is
+// due only TTL/3 later): the command may have run without the lock, whose
+// validity, computed from that renewal, cannot see a deletion. Exit 76.
+func (c *cli) released(ctx context.Context, lock *dlock.Lock, status int, lost bool) int {
 	err := lock.Release(context.WithoutCancel(ctx))
 	switch {
 	case lost:
 		return exitLockLost
 	case errors.Is(err, dlock.ErrNotHeld):
-		// Lost after the command had ended: its work was done under the lock.
-		c.warnf("lock %q had expired or been taken by the time the command ended", key)
+		c.errorf("the lock %q was gone when the command ended (status %d): it expired, or was taken or deleted (dlock release --force) since its last renewal, so the command may have run without it",
+			lock.Key(), status)
+		return exitLockLost
 	case err != nil:
-		c.warnf("could not confirm the release of %q; it expires within %s: %s", key, *ttl, errText(err))
+		c.warnf("could not confirm the release of %q; it expires within %s: %s", lock.Key(), lock.TTL(), errText(err))
 	default:
-		c.debugf("released %q", key)
+		c.debugf("released %q", lock.Key())
 	}
 	return status
 }
@@ -278,14 +301,33 @@ func (c *cli) notAcquired(t *target, key string, wait time.Duration, err error) 
 		c.errorf("could not acquire %q: %s; the command did not run", key, errText(err))
 		return exitFailure
 	case wait > 0:
-		c.notef("%q is still held elsewhere after waiting %s; the command did not run", key, wait)
+		c.notef("%s after waiting %s; the command did not run", busyText(t, key, true), wait)
 	default:
-		c.notef("%q is held elsewhere; the command did not run", key)
+		c.notef("%s; the command did not run", busyText(t, key, false))
 		if !c.quiet {
 			c.hintf("use --wait DURATION to wait for it")
 		}
 	}
 	return exitNotAcquired
+}
+
+// busyText says why the lock key could not be taken: held elsewhere, all
+// the permits of a --limit taken, or, for --shared, an exclusive holder or
+// one waiting. still: after waiting.
+func busyText(t *target, key string, still bool) string {
+	switch {
+	case t.limit > 1 && still:
+		return fmt.Sprintf("all %d permits of %q were still taken", t.limit, key)
+	case t.limit > 1:
+		return fmt.Sprintf("all %d permits of %q are taken", t.limit, key)
+	case t.shared && still:
+		return fmt.Sprintf("%q was still held, or wanted by a waiting copy, without --shared", key)
+	case t.shared:
+		return fmt.Sprintf("%q is held, or wanted by a waiting copy, without --shared", key)
+	case still:
+		return fmt.Sprintf("%q is still held elsewhere", key)
+	}
+	return fmt.Sprintf("%q is held elsewhere", key)
 }
 
 // supervise runs the command and waits for four things at once: its exit,

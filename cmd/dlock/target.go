@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/serverinfo"
 )
 
 // target is the Redis deployment a command talks to.
@@ -20,10 +21,16 @@ type target struct {
 	locker  *dlock.Locker
 	clients []redis.UniversalClient
 	names   []string // the URLs, passwords redacted
-	kind    string   // "" (one server or a Redlock), "cluster" or "sentinel"
+	kind    string   // "" (one server or a Redlock), "cluster" or the master's name (Sentinel)
+	// limit is dlock run's --limit (0 for the other commands and for
+	// --shared), shared its --shared: a quorum's size, and how a busy lock
+	// is told.
+	limit  int
+	shared bool
 	// tlsWithoutCert: TLS URLs, and no client certificate; plainText: a
-	// redis:// URL (no TLS).
+	// redis:// URL (no TLS); tlsAddrs: the addresses of the rediss:// URLs.
 	tlsWithoutCert, plainText bool
+	tlsAddrs                  []string
 	// inspection is closed once inspect, started by open, has set wrong
 	// (a mistake in the URLs, nil if none) and its hint.
 	inspection chan struct{}
@@ -39,7 +46,8 @@ func (t *target) Close() {
 	t.closeClients()
 }
 
-// describe names the deployment in messages.
+// describe names the deployment in messages: the URL of one server, else
+// what the URLs are.
 func (t *target) describe() string {
 	switch {
 	case t.kind == "cluster":
@@ -49,7 +57,35 @@ func (t *target) describe() string {
 	case len(t.names) == 1:
 		return t.names[0]
 	}
-	return fmt.Sprintf("a Redlock quorum of %d of %d nodes", quorum.For(len(t.names), 1), len(t.names))
+	return fmt.Sprintf("a Redlock of %d nodes (%s)", len(t.names), t.quorumText())
+}
+
+// server names one deployment as the subject of a message: "Redis at URL"
+// for one server, else as describe does.
+func (t *target) server() string {
+	if t.kind == "" && len(t.names) == 1 {
+		return "Redis at " + t.names[0]
+	}
+	return t.describe()
+}
+
+// plainTextTLSAddr is the address of a rediss:// URL whose server speaks
+// plain text (see plainTextAt), or "".
+func (t *target) plainTextTLSAddr() string {
+	for _, a := range t.tlsAddrs {
+		if plainTextAt(a, inspectTimeout) {
+			return a
+		}
+	}
+	return ""
+}
+
+// redlock reports whether the URLs are the nodes of a Redlock.
+func (t *target) redlock() bool { return t.kind == "" && len(t.names) > 1 }
+
+// quorumText says how many of a Redlock's nodes a lock needs.
+func (t *target) quorumText() string {
+	return fmt.Sprintf("a quorum needs %d of %d", quorum.For(len(t.names), t.limit), len(t.names))
 }
 
 // nodes is how many independent deployments the lock is on.
@@ -98,6 +134,10 @@ func (r *redisFlags) open() (*target, error) {
 		} else if tlsCfg != nil {
 			return nil, fmt.Errorf("Redis URL %s: the --tls-* flags need a rediss:// URL", name)
 		}
+		if opt.TLSConfig != nil {
+			opt.Dialer = tlsDialer(opt.TLSConfig)
+			t.tlsAddrs = append(t.tlsAddrs, opt.Addr)
+		}
 		id := fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
 		if prev, dup := seen[id]; dup {
 			return nil, fmt.Errorf("Redis URLs %s and %s name the same database; a Redlock needs independent servers", prev, name)
@@ -110,31 +150,8 @@ func (r *redisFlags) open() (*target, error) {
 		t.names = append(t.names, name)
 	}
 	lockerOpts := []dlock.Option{dlock.WithPrefix(r.prefix)}
-	switch {
-	case r.cluster:
-		t.kind = "cluster"
-		o := opts[0]
-		if o.DB != 0 {
-			return nil, fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
-		}
-		co := &redis.ClusterOptions{Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, DisableIndentity: true}
-		for _, o := range opts {
-			co.Addrs = append(co.Addrs, o.Addr)
-		}
-		t.clients = []redis.UniversalClient{redis.NewClusterClient(co)}
-	case r.sentinel != "":
-		t.kind = r.sentinel
-		o := opts[0]
-		fo := &redis.FailoverOptions{MasterName: r.sentinel, Username: o.Username, Password: o.Password, DB: o.DB,
-			SentinelPassword: r.sentinelPassword, TLSConfig: o.TLSConfig, DisableIndentity: true}
-		for _, o := range opts {
-			fo.SentinelAddrs = append(fo.SentinelAddrs, o.Addr)
-		}
-		t.clients = []redis.UniversalClient{redis.NewFailoverClient(fo)}
-	default:
-		for _, o := range opts {
-			t.clients = append(t.clients, redis.NewClient(o))
-		}
+	if err := r.makeClients(t, opts); err != nil {
+		return nil, err
 	}
 	if len(t.clients) == 1 {
 		t.locker = dlock.New(t.clients[0], lockerOpts...)
@@ -149,11 +166,75 @@ func (r *redisFlags) open() (*target, error) {
 	return t, nil
 }
 
+// makeClients makes t's clients, and sets its kind, from the URLs' options:
+// one Cluster client of the URLs as seeds (--cluster), one Sentinel client
+// (--sentinel), else one client per URL.
+func (r *redisFlags) makeClients(t *target, opts []*redis.Options) error {
+	switch {
+	case r.cluster:
+		t.kind = "cluster"
+		o := opts[0]
+		if o.DB != 0 {
+			return fmt.Errorf("Redis URL %s: a Cluster has no database %d", t.names[0], o.DB)
+		}
+		co := &redis.ClusterOptions{Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		if o.TLSConfig != nil {
+			co.Dialer = tlsDialer(o.TLSConfig)
+		}
+		for _, o := range opts {
+			co.Addrs = append(co.Addrs, o.Addr)
+		}
+		t.clients = []redis.UniversalClient{redis.NewClusterClient(co)}
+	case r.sentinel != "":
+		t.kind = r.sentinel
+		o := opts[0]
+		fo := &redis.FailoverOptions{MasterName: r.sentinel, Username: o.Username, Password: o.Password, DB: o.DB,
+			SentinelPassword: r.sentinelPassword, TLSConfig: o.TLSConfig, DisableIndentity: true}
+		if o.TLSConfig != nil {
+			fo.Dialer = tlsDialer(o.TLSConfig)
+		}
+		for _, o := range opts {
+			fo.SentinelAddrs = append(fo.SentinelAddrs, o.Addr)
+		}
+		t.clients = []redis.UniversalClient{redis.NewFailoverClient(fo)}
+	default:
+		if err := sameAddress(opts, t.names); err != nil {
+			return err
+		}
+		for _, o := range opts {
+			t.clients = append(t.clients, redis.NewClient(o))
+		}
+	}
+	return nil
+}
+
+// sameAddress refuses a Redlock two of whose URLs name one address (with
+// another database: the same one is a usage error): one server, as
+// NewRedlock would say, in the words of the URLs. It matches
+// dlock.ErrMisconfigured.
+func sameAddress(opts []*redis.Options, names []string) error {
+	for j := range opts {
+		for i := range j {
+			if opts[i].Addr == opts[j].Addr {
+				return fmt.Errorf("%w: Redis URLs %s and %s reach the same server (databases %d and %d of it): a Redlock needs independent masters",
+					dlock.ErrMisconfigured, names[i], names[j], opts[i].DB, opts[j].DB)
+			}
+		}
+	}
+	return nil
+}
+
 // open opens the deployment the flags name, for the subcommand sub; on
 // failure it reports and returns nil and the exit status: 64 for bad flags
 // or URLs, 78 for URLs that reach the same server twice.
 func (c *cli) open(ctx context.Context, sub string, rf *redisFlags) (*target, int) {
 	t, err := rf.open()
+	if errors.Is(err, dlock.ErrMisconfigured) {
+		// Two URLs of one address, with another database (sameAddress).
+		c.errorf("%s", strings.TrimPrefix(errText(err), "Redis refused the command (misconfigured): "))
+		c.hintf("%s", sameServerHint)
+		return nil, exitConfig
+	}
 	if err != nil {
 		return nil, c.usageError(sub, "%s", err)
 	}
@@ -210,35 +291,25 @@ func (t *target) inspect(ctx context.Context) (hint string, err error) {
 	wg.Wait()
 	ids := make([]string, len(infos))
 	for i, info := range infos {
-		if infoField(info, "cluster_enabled") == "1" {
+		if serverinfo.Field(info, "cluster_enabled") == "1" {
 			return "add --cluster: the URLs are then seed nodes of the Cluster, and every key goes to its master",
 				fmt.Errorf("the server at %s is a node of a Redis Cluster, and a plain URL reaches only its own slots", t.names[i])
 		}
-		ids[i] = infoField(info, "run_id")
+		ids[i] = serverinfo.RunID(info)
 	}
-	for i := range ids {
-		for j := range i {
-			if ids[i] != "" && ids[i] == ids[j] {
-				return "give each independent master once",
-					fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[j], t.names[i], ids[i])
-			}
-		}
+	if i, j, ok := serverinfo.Repeated(ids); ok {
+		return sameServerHint,
+			fmt.Errorf("Redis URLs %s and %s reach the same server (run id %s): a Redlock needs independent masters", t.names[i], t.names[j], ids[i])
 	}
 	return "", nil
 }
 
+// sameServerHint follows the refusal of a Redlock that reaches one server
+// twice.
+const sameServerHint = "give each independent master once"
+
 // inspectTimeout bounds inspect: the node timeout of the default TTL.
 const inspectTimeout = time.Second
-
-// infoField is the value of field in INFO's text, or "".
-func infoField(info, field string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
 
 func (t *target) closeClients() {
 	for _, cl := range t.clients {

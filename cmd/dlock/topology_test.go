@@ -127,6 +127,11 @@ func TestRedlockSameServerTwice(t *testing.T) {
 	if code != exitConfig || !strings.Contains(stderr, "same server") {
 		t.Errorf("127.0.0.1:P and localhost:P in one Redlock: exit %d, %q; want 78 naming the same server", code, stderr)
 	}
+	// Two databases of one server: one server too.
+	code, _, stderr = dlockRun(t, "run", "--redis", s.URL()+"/0,"+s.URL()+"/1,"+other.URL(), "job", "--", "true")
+	if code != exitConfig || !strings.Contains(stderr, "reach the same server (databases 0 and 1 of it)") {
+		t.Errorf("two databases of one server in one Redlock: exit %d, %q; want 78 naming the same server", code, stderr)
+	}
 }
 
 // TestRestrictedUser: the CLI works for a user made with the README's ACL

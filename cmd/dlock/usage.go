@@ -59,11 +59,27 @@ const redisFlagsUsage = `    --redis URL
     --prefix STRING
         Prefix of the Redis keys (default "dlock:"). Processes that must exclude
         each other need the same prefix.
-    -q, --quiet
+`
+
+// The verbosity flags, in the words of each subcommand.
+const (
+	runVerbosityUsage = `    -q, --quiet
         Print only errors.
     -v, --verbose
         Say what dlock does: acquiring, forwarding signals, releasing.
 `
+	statusVerbosityUsage = `    -q, --quiet
+        With --held, print nothing (the exit status answers); errors are
+        printed.
+    -v, --verbose
+        Say which Redis the status is read from.
+`
+	releaseVerbosityUsage = `    -q, --quiet
+        Leave out the warning about a live holder; errors are printed.
+    -v, --verbose
+        Say which Redis the lock is deleted on.
+`
+)
 
 var subUsage = map[string]string{
 	"run": `Usage: dlock run [flags] KEY -- COMMAND [ARG]...
@@ -90,6 +106,9 @@ gone before another host can take the lock (exit 76). A renewal confirmed before
 keeps it running. If the lock is already gone (an administrator's release
 --force, or a renewal refused because another process holds the key), another
 host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
+A lock taken or deleted after its last renewal, when COMMAND ends before the
+next one, is found gone by the final release: exit 76 as well, since nothing
+then proves that COMMAND ran under the lock to its end.
 
 When stdin is a terminal, dlock behaves like flock(1) under a shell: COMMAND
 stays in dlock's process group (the terminal's foreground job), so it can
@@ -125,13 +144,15 @@ Flags:
         holders of KEY, never beside one without it (an exclusive holder).
         A copy without --shared that waits for KEY stops new shared holds
         from starting, so it is not starved. Not with --limit.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + runVerbosityUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
     75             the lock was held elsewhere for all of --wait; COMMAND did not
                    run (silent with -q)
     76             the lock was lost, or could have expired within --kill-grace,
-                   while COMMAND ran; COMMAND was stopped
+                   while COMMAND ran (COMMAND was stopped); or the release found
+                   it gone when COMMAND ended (taken or deleted since its last
+                   renewal)
     64             usage error: bad flags, Redis URL, KEY or COMMAND missing
     69             too few Redis nodes answered (down, frozen, unreachable), for
                    all of --wait; printed also with -q
@@ -184,7 +205,7 @@ Flags:
         semaphore: by at least one holder), 3 when it is free (as LSB's
         "status" of a service that is not running); with -q, print nothing.
         Not with --watch.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + statusVerbosityUsage + `
 Exit status: 0; with --held, 3 when KEY is free; 69 when no Redis node
 answered (not with --watch); 78 when Redis refused the commands (see dlock
 help run); 64 on a usage error.
@@ -201,13 +222,14 @@ Examples:
 Deletes the lock KEY on every node whoever holds it, and wakes the next
 waiter: an administrator's tool for a lock whose holder is known to be gone.
 A live holder sees its lock lost at its next renewal (dlock run then stops
-its command with exit status 76), and may act as the holder until then;
+its command with exit status 76), or at its release if its command ends
+first (dlock run then exits 76 too), and may act as the holder until then;
 fencing is the defence. --force is required.
 
 Flags:
     --force
         Required: confirms that the lock is to be deleted regardless of owner.
-` + redisFlagsUsage + `
+` + redisFlagsUsage + releaseVerbosityUsage + `
 Exit status: 0; 1 when some node could not be reached; 69 when none could;
 78 when Redis refused the commands; 64 on a usage error.
 

@@ -77,6 +77,12 @@ type Node struct {
 	// Cluster is true for a Cluster client: a pub/sub subscription of its
 	// may sit on another node than the keys it is about.
 	Cluster bool
+	// TLS is true for a client with a TLSConfig.
+	TLS bool
+	// tlsDial is the client's DialTimeout when it dials with TLS (else 0):
+	// go-redis' TLS dialer bounds the handshake by it, not by the
+	// context, so that an inline call could wait for it (see inline).
+	tlsDial time.Duration
 
 	// The suspect state: suspectUntil and lastReload are atomics, closed
 	// is under suspectMu, OnSuspect is called under it.
@@ -338,7 +344,10 @@ func (h probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // inline returns the client with which a call with this timeout on ctx runs
 // inline, or nil if it runs on a worker (see Call).
 func (n *Node) inline(ctx context.Context, timeout time.Duration) redis.UniversalClient {
-	if timeout > MaxInline {
+	if timeout > MaxInline || timeout < n.tlsDial {
+		// Longer than MaxInline, or a TLS dial could outlast it (a
+		// handshake to a port that does not speak TLS, or to a frozen
+		// server, waits for DialTimeout whatever the deadline).
 		return nil
 	}
 	if !n.HonoursCtx {
@@ -367,6 +376,9 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	case *redis.Client:
 		o := c.Options()
 		n.Addr, n.HonoursCtx, n.NoRetries = o.Addr, o.ContextTimeoutEnabled, o.MaxRetries < 0
+		if o.TLSConfig != nil {
+			n.TLS, n.tlsDial = true, o.DialTimeout
+		}
 		n.inlineB = &batcher{client: n.baseFor, abandon: true}
 		n.workerB = &batcher{client: func(time.Duration) redis.UniversalClient { return c }}
 		n.worker1 = &batchedClient{UniversalClient: c, b: n.workerB}
@@ -379,6 +391,9 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 			n.Addr = "cluster(" + o.Addrs[0] + ",...)"
 		}
 		n.HonoursCtx, n.NoRetries, n.Cluster = o.ContextTimeoutEnabled, o.MaxRetries < 0 && o.MaxRedirects < 0, true
+		if o.TLSConfig != nil {
+			n.TLS, n.tlsDial = true, o.DialTimeout
+		}
 		n.reload = func() { c.ReloadState(context.Background()) }
 	case *redis.Ring:
 		o := c.Options()
@@ -419,7 +434,8 @@ const MaxInline = time.Second
 // ctx ends, whichever is first. answered is false when no answer came in
 // time: then err is the context's error. inline reports that fn ran on the
 // caller's goroutine: with a client whose socket deadlines bound it (see
-// Node), when timeout is at most MaxInline and, for a client that does not
+// Node), when timeout is at most MaxInline and, for a client that dials
+// with TLS, at least its DialTimeout, and, for a client that does not
 // honour ctx deadlines, ctx's deadline is not sooner than timeout. An inline
 // call that got no answer may still run on the node at any time, and late is
 // never called for it; otherwise late, if not nil, gets fn's result once fn

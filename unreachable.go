@@ -1,0 +1,73 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"syscall"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// An Acquire whose context has no deadline waits for as long as its nodes
+// do not answer, as documented; a newcomer whose address is wrong would
+// see nothing at all. So, unless WithLogger logs the nodes' failures
+// already, the first such wait of a Locker is told through slog.Default
+// (the logger every program has), naming the node, the cause and the fix;
+// once, until an acquisition round hears from every node again.
+
+// noteNodes follows an acquisition attempt of an Acquire call (k and res
+// its outcome, ctx the call's): it logs the first wait for nodes that do
+// not answer (see above), and forgets it once an attempt succeeds or every
+// node answered.
+func (l *Locker) noteNodes(ctx context.Context, key string, k *Lock, res *attemptResult) {
+	switch {
+	case l.logsNodes:
+		return
+	case k != nil || len(res.errs) == 0:
+		if l.toldUnreachable.Load() {
+			l.toldUnreachable.Store(false)
+		}
+		return
+	case res.class() != ErrUnavailable || res.final(ctx):
+		return
+	}
+	if _, bounded := ctx.Deadline(); bounded || !l.toldUnreachable.CompareAndSwap(false, true) {
+		return
+	}
+	var ne *NodeError
+	if !errors.As(res.errs[0], &ne) {
+		return
+	}
+	node := l.nodes[0]
+	for _, n := range l.nodes {
+		if n.Addr == ne.Addr {
+			node = n
+		}
+	}
+	slog.Default().LogAttrs(ctx, slog.LevelWarn,
+		"dlock: Acquire is waiting for Redis, which does not answer; it tries again until its context ends (give it a deadline to get the error instead); logged once",
+		slog.String("key", key), slog.String("node", ne.Addr), slog.Any("error", ne.Err),
+		slog.String("fix", unreachableFix(node, ne.Err)))
+}
+
+// unreachableFix says what to check when node fails with err, an error
+// that waiting may fix (see permanent).
+func unreachableFix(node *quorum.Node, err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "nothing listens at " + node.Addr + ": check the client's address and port, and that redis-server runs there"
+	case errors.As(err, &dns):
+		return "the host name does not resolve: check the client's address"
+	case errors.Is(err, context.DeadlineExceeded) && node.TLS:
+		return "no answer in time: the server is down, frozen or unreachable, or its port does not speak TLS (the client has a TLSConfig: leave it out for a plain-text port)"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time: the server is down, frozen, or unreachable (a firewall that drops packets)"
+	case !node.TLS && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)):
+		return "the server closed the connection: if its port speaks TLS, set TLSConfig in the client's options"
+	}
+	return "check the client's address, and that the server is up and answering"
+}
