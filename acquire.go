@@ -295,15 +295,18 @@ func (l *Locker) neverWaited(key string) bool {
 	l.mu.Lock()
 	_, waiting := l.keys[waitSlot{key: key}]
 	l.mu.Unlock()
-	if waiting {
-		return false
-	}
+	return !waiting && !l.waitedBefore()
+}
+
+// waitedBefore reports whether the Locker's inbox was subscribed on a node:
+// the Locker has waited for a key.
+func (l *Locker) waitedBefore() bool {
 	for _, s := range l.subs {
 		if s.Started() {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 func allTrue(bs []bool) bool {

@@ -144,36 +144,20 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	q := l.quorumFor(cfg.limit)
 	lim := limitArg(cfg.limit, cfg.shared)
 	res := attemptResult{outcome: l.newOutcome(key, q)}
-	argv := script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}
-	var args []any // the same command for every node when not registering
-	if regs == nil {
-		args = argv.Command(nm.AcquireKeys())
+	cmd := attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
+		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}
+	switch {
+	case regs == nil && cfg.plain():
+		cmd.lock = script.LockCommand(nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
+	case regs == nil:
+		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // the same for every node
 	}
 
 	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
 	late.decided.Add(1)
 
 	start := time.Now()
-	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
-			a := args
-			if regs != nil {
-				reg := regs[i]
-				w := script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh}
-				if cfg.shared {
-					a = argv.SharedWaiterCommand(nm.AcquireKeys(), w, l.waker(i, nm))
-				} else {
-					a = argv.WaiterCommand(nm.AcquireKeys(), w)
-				}
-			}
-			asked := l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
-			v, err := l.runScript(ctx, c, timeout, script.Acquire, a)
-			asked()
-			if err != nil {
-				return script.AcquireReply{}, err
-			}
-			return script.ParseAcquire(v)
-		},
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout, cmd.run,
 		func(rs []quorum.Result[script.AcquireReply], suspects int) bool {
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
@@ -204,6 +188,59 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	late.k = k
 	late.decided.Done()
 	return k, res
+}
+
+// attemptCmd is an attempt's command on each node.
+type attemptCmd struct {
+	l       *Locker
+	nm      *keys.Names
+	regs    []nodeReg // the waiter's registration per node, nil for none
+	shared  bool
+	timeout time.Duration
+	argv    script.AcquireArgs
+	// lock is lock.lua's command, for a plain lock's attempt that does not
+	// register (the everyday path), else nil; args acquire.lua's for every
+	// node, for another attempt that does not register.
+	lock, args []any
+}
+
+// run sends the attempt's command to node i: lock.lua for a plain lock that
+// does not register, then acquire.lua if lock.lua answered Other (a key of
+// another shape: one round trip more, for a plain lock asked of a key held
+// as shared holds or a semaphore); else acquire.lua.
+func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
+	defer asked()
+	if a.lock != nil {
+		r, err := a.l.runAcquire(ctx, c, a.timeout, script.Lock, a.lock)
+		if err != nil || r.OK || r.PTTL != script.Other {
+			return r, err
+		}
+	}
+	args := a.args
+	switch {
+	case args == nil && a.regs == nil:
+		args = a.argv.Command(a.nm.AcquireKeys())
+	case a.regs != nil:
+		reg := a.regs[i]
+		w := script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh}
+		if a.shared {
+			args = a.argv.SharedWaiterCommand(a.nm.AcquireKeys(), w, a.l.waker(i, a.nm))
+		} else {
+			args = a.argv.WaiterCommand(a.nm.AcquireKeys(), w)
+		}
+	}
+	return a.l.runAcquire(ctx, c, a.timeout, script.Acquire, args)
+}
+
+// runAcquire runs an acquisition's script (lock.lua or acquire.lua) on one
+// node and reads its answer.
+func (l *Locker) runAcquire(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script.Script, args []any) (script.AcquireReply, error) {
+	v, err := l.runScript(ctx, c, timeout, s, args)
+	if err != nil {
+		return script.AcquireReply{}, err
+	}
+	return script.ParseAcquire(v)
 }
 
 // granted reports whether a node granted an attempt.

@@ -104,7 +104,7 @@ func TestBadInputs(t *testing.T) {
 		{"L14", func() error { return held.Extend(ctx(t), 0) }, dlock.ErrInvalid, "TTL must be positive"},
 		{"L15", func() error { return nilLock.Release(ctx(t)) }, dlock.ErrNotHeld, "Release on a nil *Lock"},
 		{"L16", func() error { return try(on(redis.Options{Addr: secured.Addr(), Password: "wrong"}), "k") }, dlock.ErrMisconfigured, "WRONGPASS"},
-		{"L17", func() error { return try(on(redis.Options{Addr: secured.Addr()}), "k") }, dlock.ErrMisconfigured, "unauthenticated multibulk length (the server requires a password"},
+		{"L17", func() error { return try(on(redis.Options{Addr: secured.Addr()}), "k") }, dlock.ErrMisconfigured, "(the server requires a password: set Password"},
 		{"L18", func() error {
 			return try(on(redis.Options{Addr: secured.Addr(), Username: "nokeys", Password: "pw"}), "k")
 		}, dlock.ErrMisconfigured, "NOPERM"},

@@ -168,6 +168,11 @@ type lockConfig struct {
 	err       error
 }
 
+// plain reports whether the acquisition is of a plain lock, whose everyday
+// scripts are lock.lua and unlock.lua: limit 1, not shared, no metadata
+// (an election's value is its metadata).
+func (c *lockConfig) plain() bool { return c.limit <= 1 && !c.shared && c.metadata == "" }
+
 // MaxMetadata is the longest metadata a lock may carry, in bytes.
 const MaxMetadata = 1024
 

@@ -23,7 +23,15 @@ type releaseHook struct {
 
 func isRelease(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == script.Release.SHA() || a[1] == script.Release.Source())
+	if len(a) < 2 {
+		return false
+	}
+	for _, s := range []*script.Script{script.Release, script.Unlock} {
+		if a[1] == s.SHA() || a[1] == s.Source() {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *releaseHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -168,8 +168,14 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	n := len(l.nodes)
 	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
 	k.awaitAnswers(timeout)
+	// A plain lock of a Locker that never waited sends unlock.lua, which
+	// finds no waiters most of the time; release.lua otherwise.
+	lean := k.short() && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+			if lean {
+				return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
+			}
 			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, k.metadata != "", false)
 		},
 		func(rs []quorum.Result[int64], suspects int) bool {
@@ -196,6 +202,19 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	default:
 		return o.wrap(class, fmt.Sprintf("release %q: not confirmed%s, the key expires after its TTL", k.key, o.counts("confirmed")))
 	}
+}
+
+// runUnlock releases a plain lock on node i with unlock.lua, and with
+// release.lua, which wakes the next waiter, if unlock.lua found waiters
+// (one round trip more, when a Locker that never waited releases a lock
+// that others wait for).
+func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, token any) (int64, error) {
+	v, err := runOn(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token, l.retentionArg))
+	n, err := script.IntReply("unlock", v, err)
+	if err != nil || n != script.Other {
+		return n, err
+	}
+	return l.runRelease(ctx, i, c, nm, token, "", true, false, false)
 }
 
 // noSlotTag is release.lua's slot tag off a Cluster.

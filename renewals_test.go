@@ -303,7 +303,9 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
+	case isScript(args, script.Acquire) && nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
+		r.at[fmt.Sprint(args[3+keys.LockKey])] = sent
+	case isScript(args, script.Lock) && len(reply) == 2 && reply[0] == int64(1): // lock.lua's
 		r.at[fmt.Sprint(args[3])] = sent
 	default:
 		_, locks := extendGroups(args)
@@ -321,11 +323,16 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 	}
 }
 
+// isScript reports whether args are the command of s (EVALSHA or EVAL).
+func isScript(args []any, s *script.Script) bool {
+	return len(args) > 2 && (args[1] == s.SHA() || args[1] == any(s.Source()))
+}
+
 // extendGroups reads an extend.lua command (EVALSHA or EVAL of it): the
 // width of its groups (its ARGV[4]) and each group's lock key, in order;
 // nothing for another command.
 func extendGroups(args []any) (width string, locks []string) {
-	if len(args) < 3 || (args[1] != script.Extend.SHA() && args[1] != any(script.Extend.Source())) {
+	if !isScript(args, script.Extend) {
 		return "", nil
 	}
 	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))

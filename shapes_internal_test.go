@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
@@ -53,5 +56,84 @@ func TestSharedWriterAheadWhateverItsIntent(t *testing.T) {
 	// The reader tries again: the first writer is still ahead of it.
 	if r := run("r", "0", "60000", "R:r1:ahead", pos, "1"); r[0] != int64(0) {
 		t.Fatalf("the reader passed the writer queued before it: %v", r)
+	}
+}
+
+// TestPlainLockScripts: lock.lua and unlock.lua, a plain lock's everyday
+// scripts, answer as acquire.lua and release.lua do for that shape: a
+// grant with a fence, the same fence for a retried command, busy with the
+// holder's TTL (-3 for a reservation), a buried token refused, and Other
+// (acquire.lua's or release.lua's to answer) for a key of another shape or
+// a release with waiters, having written nothing.
+func TestPlainLockScripts(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	ctx := context.Background()
+	nm := keys.Make("dlock:", "plain")
+	lock := func(token string) []any {
+		t.Helper()
+		v, err := script.Lock.Run(ctx, c, script.LockCommand(nm.LockKeys(), token, "30000", "60000"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.([]any)
+	}
+	unlock := func(token string) int64 {
+		t.Helper()
+		v, err := script.Unlock.Run(ctx, c, script.UnlockCommand(nm.UnlockKeys(), token, "60000"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.(int64)
+	}
+	first := lock("a")
+	if first[0] != int64(1) {
+		t.Fatalf("a free lock: %v", first)
+	}
+	if again := lock("a"); again[0] != int64(1) || again[1] != first[1] {
+		t.Errorf("a retried command: %v, want the fence %v again", again, first[1])
+	}
+	if r := lock("b"); r[0] != int64(0) || r[1].(int64) <= 0 {
+		t.Errorf("a held lock: %v, want busy with its TTL", r)
+	}
+	if n := unlock("b"); n != 0 {
+		t.Errorf("unlock by another: %d", n)
+	}
+	// A waiter: unlock.lua leaves the release to release.lua.
+	c.ZAdd(ctx, nm.Waiters(), redis.Z{Score: 1, Member: "L:1:plain"})
+	if n := unlock("a"); n != script.Other || c.Get(ctx, nm.Lock()).Val() != "a" {
+		t.Errorf("unlock with a waiter: %d, lock %q; want Other and the lock kept", n, c.Get(ctx, nm.Lock()).Val())
+	}
+	c.Del(ctx, nm.Waiters())
+	if n := unlock("a"); n != 1 || c.Exists(ctx, nm.Lock()).Val() != 0 {
+		t.Errorf("unlock: %d", n)
+	}
+	second := lock("c")
+	if second[0] != int64(1) || second[1].(string) <= first[1].(string) {
+		t.Errorf("the next holder: %v after %v", second, first)
+	}
+	unlock("c")
+	// A reservation; a buried token; a key of another shape.
+	c.Set(ctx, nm.Lock(), "~L:1:plain", time.Minute)
+	if r := lock("d"); r[0] != int64(0) || r[1] != int64(-3) {
+		t.Errorf("a reservation: %v, want -3", r)
+	}
+	c.Del(ctx, nm.Lock())
+	c.ZAdd(ctx, nm.Dead(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "e"})
+	if r := lock("e"); r[0] != int64(0) || r[1] != int64(-4) || c.Exists(ctx, nm.Lock()).Val() != 0 {
+		t.Errorf("a buried token: %v, want -4 and nothing written", r)
+	}
+	c.ZAdd(ctx, nm.Lock(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "p"})
+	fence := c.Get(ctx, nm.Fence()).Val()
+	if r := lock("f"); r[0] != int64(0) || r[1] != int64(script.Other) || c.Get(ctx, nm.Fence()).Val() != fence {
+		t.Errorf("shared holds or permits: %v, want Other and nothing written", r)
+	}
+	if n := unlock("p"); n != 0 {
+		t.Errorf("unlock of a permit's token: %d, want 0", n)
+	}
+	c.Set(ctx, nm.Fence(), "x", 0)
+	if _, err := script.Lock.Run(ctx, c, script.LockCommand(nm.LockKeys(), "g", "30000", "60000")); err == nil {
+		t.Error("a counter that is no integer: no error")
 	}
 }

@@ -23,6 +23,8 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"acquire.lua", Acquire, n.AcquireKeys()},
 		{"release.lua", Release, n.ReleaseKeys()},
 		{"raise.lua", Raise, n.RaiseKeys()},
+		{"lock.lua", Lock, n.LockKeys()},
+		{"unlock.lua", Unlock, n.UnlockKeys()},
 	} {
 		ms := line.FindAllStringSubmatch(s.sc.Source(), -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {

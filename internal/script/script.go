@@ -29,6 +29,10 @@ var (
 	raiseSrc string
 	//go:embed wake.lua
 	wakeSrc string
+	//go:embed lock.lua
+	lockSrc string
+	//go:embed unlock.lua
+	unlockSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -36,6 +40,9 @@ var (
 	Release = newScript(include(releaseSrc), 8)
 	Extend  = newScript(extendSrc, 5)
 	Raise   = newScript(raiseSrc, 4)
+	// A plain lock's everyday path: lock.lua and unlock.lua.
+	Lock   = newScript(lockSrc, 3)
+	Unlock = newScript(unlockSrc, 3)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -139,6 +146,23 @@ func (a AcquireArgs) WaiterCommand(keys []any, w Waiter) []any {
 	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
 		w.Member, w.Lease, w.Position, w.Queued, w.Refresh)
 }
+
+// LockCommand is the command of lock.lua with keys (the lock's LockKeys),
+// token, ttl and the counter's life (see its header).
+func LockCommand(keys []any, token, ttl, life any) []any {
+	return Lock.command(keys, token, ttl, life)
+}
+
+// UnlockCommand is the command of unlock.lua with keys (the lock's
+// UnlockKeys), token and the counter's retention (see its header).
+func UnlockCommand(keys []any, token, retention any) []any {
+	return Unlock.command(keys, token, retention)
+}
+
+// Other is lock.lua's and unlock.lua's answer for a key of another shape
+// than a plain lock's, or with waiters to wake: acquire.lua or release.lua
+// answers for it.
+const Other = -5
 
 // Waker are acquire.lua's ARGV[11..14], for a shared acquisition's waiter:
 // what its grant needs to wake the shared waiters after it, as release.lua
