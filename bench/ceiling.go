@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,9 +14,10 @@ import (
 // The ceiling of the uncontended scenarios: not libraries, but the scripts
 // that a library sends, sent alone on free keys with nothing around them
 // (no lock object, no timer, no deadline), so that the report can tell what
-// the scripts cost from what a library adds to them. dlock's own
-// acquire.lua and release.lua, with the KEYS and ARGV that dlock sends for
-// an Acquire that does not wait and for its Release; and the scripts of a
+// the scripts cost from what a library adds to them. dlock's own lock.lua
+// and unlock.lua (a plain lock's everyday scripts), with the KEYS and ARGV
+// that dlock sends for an Acquire that does not wait and for its Release;
+// and the scripts of a
 // lock with no fence and no queue, SET NX PX to take it and GET then DEL to
 // give it back (what redislock sends). Each through a default go-redis
 // client, and through go-redis' AutoPipeliner (v9.23, the version this
@@ -34,7 +34,7 @@ func CeilingLibraries() []Library {
 }
 
 func ceilingLibrary(scripts string, autopipeline bool) Library {
-	name, note := scripts, "not a library: dlock's acquire.lua and release.lua alone, as dlock sends them"
+	name, note := scripts, "not a library: dlock's lock.lua and unlock.lua alone, as dlock sends them"
 	if scripts == "setnx-scripts" {
 		note = "not a library: SET NX PX, then GET and DEL, each a script (redislock's)"
 	}
@@ -73,15 +73,12 @@ var (
 	setnxRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 )
 
-// dlock's arguments, built with internal/script's builders as the library
-// builds them for a lock of the default TTL on one Redis: an Acquire that
-// does not register as a waiter, and its Release (no metadata, listeners
-// exact, no tombstone, no slot tag).
-var (
-	ceilingAcquire = script.AcquireArgs{Token: scriptsToken, TTL: strconv.FormatInt(redislockTTL.Milliseconds(), 10),
-		Retention: "86400000", Metadata: "", Limit: "1"}
-	ceilingRelease = script.ReleaseArgs{Expected: scriptsToken, InboxPrefix: "dlock:inbox:", Reserve: "100", Leaving: "",
-		Wake: "1", Metadata: "0", Listeners: "1", Bury: "0", Retention: "86400000", SlotTag: ""}
+// dlock's arguments, as the library sends them for a lock of the default
+// TTL on one Redis: an Acquire that does not register as a waiter
+// (lock.lua) and its Release by a Locker that never waited (unlock.lua).
+const (
+	ceilingTTL       = "30000"
+	ceilingRetention = "86400000"
 )
 
 // scriptClient runs go-redis' Script (the SET NX scripts) and
@@ -105,7 +102,7 @@ const scriptsToken = "ceiling-token"
 func (p *scriptsProcess) Lock(ctx context.Context, key string) (Held, error) {
 	if p.dlock {
 		nm := keys.Make("dlock:", key)
-		v, err := script.Acquire.Run(ctx, p.cmd, ceilingAcquire.Command(nm.AcquireKeys()))
+		v, err := script.Lock.Run(ctx, p.cmd, script.LockCommand(nm.LockKeys(), scriptsToken, ceilingTTL, ceilingRetention))
 		if err != nil {
 			return nil, err
 		}
@@ -134,7 +131,7 @@ type scriptsHeld struct {
 // Unlock gives the key back with one script call.
 func (h scriptsHeld) Unlock(ctx context.Context) error {
 	if h.names != nil {
-		_, err := script.Release.Run(ctx, h.p.cmd, ceilingRelease.Command(h.names.ReleaseKeys()))
+		_, err := script.Unlock.Run(ctx, h.p.cmd, script.UnlockCommand(h.names.UnlockKeys(), scriptsToken, ceilingRetention))
 		return err
 	}
 	return setnxRelease.Run(ctx, h.p.cmd, []string{h.lock}, scriptsToken).Err()
