@@ -169,8 +169,9 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
 	k.awaitAnswers(timeout)
 	// A plain lock of a Locker that never waited sends unlock.lua, which
-	// finds no waiters most of the time; release.lua otherwise.
-	lean := k.short() && !l.waitedBefore()
+	// finds no waiters most of the time (and needs a TTL within the
+	// counter's retention); release.lua otherwise.
+	lean := k.short() && k.ttl <= l.cfg.fenceRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			if lean {
@@ -209,7 +210,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 // (one round trip more, when a Locker that never waited releases a lock
 // that others wait for).
 func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, token any) (int64, error) {
-	v, err := runOn(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token, l.retentionArg))
+	v, err := runOn(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token))
 	n, err := script.IntReply("unlock", v, err)
 	if err != nil || n != script.Other {
 		return n, err

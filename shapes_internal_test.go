@@ -81,7 +81,7 @@ func TestPlainLockScripts(t *testing.T) {
 	}
 	unlock := func(token string) int64 {
 		t.Helper()
-		v, err := script.Unlock.Run(ctx, c, script.UnlockCommand(nm.UnlockKeys(), token, "60000"))
+		v, err := script.Unlock.Run(ctx, c, script.UnlockCommand(nm.UnlockKeys(), token))
 		if err != nil {
 			t.Fatal(err)
 		}

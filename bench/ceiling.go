@@ -131,7 +131,7 @@ type scriptsHeld struct {
 // Unlock gives the key back with one script call.
 func (h scriptsHeld) Unlock(ctx context.Context) error {
 	if h.names != nil {
-		_, err := script.Unlock.Run(ctx, h.p.cmd, script.UnlockCommand(h.names.UnlockKeys(), scriptsToken, ceilingRetention))
+		_, err := script.Unlock.Run(ctx, h.p.cmd, script.UnlockCommand(h.names.UnlockKeys(), scriptsToken))
 		return err
 	}
 	return setnxRelease.Run(ctx, h.p.cmd, []string{h.lock}, scriptsToken).Err()

@@ -18,7 +18,7 @@ type Names struct {
 	// root package's script), in the one order from which every script
 	// takes its KEYS, each a run of it: acquire.lua and release.lua all
 	// eight; the plain lock's lock.lua the lock, its counter and its
-	// tombstones, unlock.lua the waiting set, the lock and its counter;
+	// tombstones, unlock.lua the waiting set and the lock;
 	// extend.lua five from the lock on (or two, its short groups);
 	// raise.lua four from the lock on. One array, so that a lock's names
 	// cost a few small allocations, not a copy per script.
@@ -73,8 +73,8 @@ func (n *Names) ReleaseKeys() []any { return n.Keys[:] }
 // LockKeys are lock.lua's KEYS: the lock, its counter, its tombstones.
 func (n *Names) LockKeys() []any { return n.Keys[LockKey : DeadKey+1 : DeadKey+1] }
 
-// UnlockKeys are unlock.lua's KEYS: the waiting set, the lock, its counter.
-func (n *Names) UnlockKeys() []any { return n.Keys[WaitersKey : FenceKey+1 : FenceKey+1] }
+// UnlockKeys are unlock.lua's KEYS: the waiting set and the lock.
+func (n *Names) UnlockKeys() []any { return n.Keys[WaitersKey : LockKey+1 : LockKey+1] }
 
 // ExtendKeys are extend.lua's KEYS (of one lock).
 func (n *Names) ExtendKeys() []any { return n.Keys[LockKey : LimitKey+1 : LimitKey+1] }

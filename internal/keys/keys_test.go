@@ -20,7 +20,7 @@ func TestMake(t *testing.T) {
 			t.Errorf("Make(%q) = %+v, want the lock %q", key, n, lock)
 		}
 		if len(n.ExtendKeys()) != 5 || len(n.ExtendKeysShort()) != 2 || len(n.RaiseKeys()) != 4 || len(n.AcquireKeys()) != 8 || len(n.ReleaseKeys()) != 8 ||
-			len(n.LockKeys()) != 3 || len(n.UnlockKeys()) != 3 {
+			len(n.LockKeys()) != 3 || len(n.UnlockKeys()) != 2 {
 			t.Errorf("Make(%q): the scripts' KEYS have the wrong lengths", key)
 		}
 	}

@@ -15,8 +15,8 @@
 --                                          and "i:" .. an exclusive waiter -> the
 --                                          end of its intent, server ms)
 -- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter with an intent
---                                          -> its queue position, 0 once woken;
---                                          see "Shared holds")
+--                                          -> its queue position; see "Shared
+--                                          holds")
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
@@ -95,9 +95,11 @@
 -- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
 -- whose KEYS[6] is "0". One is granted while the key is free or shared,
 -- unless a writer waits ahead of the caller: KEYS[8] holds each exclusive
--- waiter with an intent at its queue position (0 once a release woke it:
--- ahead of everyone), and KEYS[7] the intent's end ("i:" .. WAITER), one
--- TTL (the writer's) after its last failed attempt. The writers are read
+-- waiter with an intent at its queue position (which it keeps once a
+-- release woke it: a release wakes the head of the queue, so every waiter
+-- still queued comes after it), and KEYS[7] the intent's end ("i:" ..
+-- WAITER), one TTL (the writer's, at most its lease ARGV[7]) after its last
+-- failed attempt. The writers are read
 -- in queue order and the first live intent decides: if it is at a lower
 -- position than the caller's (any position, for a caller not yet queued)
 -- it refuses the grant, and the reply's pttl is the time until it ends;
@@ -111,7 +113,7 @@
 -- of the queue, if no writer is ahead of them (two at most, each with a
 -- reservation; see release.lua), so that a release wakes them all. An
 -- exclusive acquisition of a shared key waits while any hold or reservation
--- is live, its pttl then at most a third of its TTL, so that it renews its
+-- is live, its pttl then at most a third of its intent's life, so that it renews its
 -- intent (written by every such failed attempt of an exclusive waiter, and
 -- only by those: a waiter for a plain lock writes none) before the intent
 -- ends; once they all expired, the set is deleted and the lock
@@ -170,12 +172,15 @@ local function counter()
 end
 -- grantable reads the counter and checks the keys a grant writes, before
 -- anything is written: it returns the counter, or false and an error reply.
-local function grantable()
+-- waiters: the grant writes the waiting keys (a shared grant that wakes
+-- others); else it only removes the caller's entries, and leaves keys of
+-- another type alone.
+local function grantable(waiters)
   local c, bad = counter()
   if bad then
     return false, bad
   end
-  local refused = refuseWrongTypes(queued, metadata ~= '')
+  local refused = refuseWrongTypes(waiters, metadata ~= '')
   if refused then
     return false, refused
   end
@@ -226,36 +231,46 @@ local function register(waiter, pos)
     if buried() then
       return false, refusedBuried
     end
-    local refused = refuseWrongTypes(true, false)
-    if refused then
-      return false, refused
-    end
     local t = redis.call('TIME')
     if pos == '0' then
       -- Queue position: server time in microseconds at first registration.
       pos = t[1] .. string.format('%06d', tonumber(t[2]))
     end
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[1], pos, waiter)
-    redis.call('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
-    redis.call('PEXPIRE', KEYS[1], ARGV[7])
-    if redis.call('PTTL', KEYS[7]) < tonumber(ARGV[7]) then
-      redis.call('PEXPIRE', KEYS[7], ARGV[7]) -- writers' intents may need it longer
+    -- A waiting set or leases of another type (another program's keys)
+    -- fail one of these two writes: the first, or the second, which then
+    -- undoes the first (a member it added), so that nothing is written.
+    local added = redis.pcall('ZADD', KEYS[1], pos, waiter)
+    if type(added) == 'table' then
+      return false, added
     end
+    local leased = redis.pcall('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
+    if type(leased) == 'table' then
+      if added == 1 then
+        redis.call('ZREM', KEYS[1], waiter)
+      end
+      return false, leased
+    end
+    -- Every entry of the two (an intent's end too: see intend) ends
+    -- within ARGV[7] ms.
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+    redis.call('PEXPIRE', KEYS[7], ARGV[7])
   end
   return pos
 end
+-- intentLife is how long an exclusive waiter's intent lasts after its
+-- attempt: its TTL, at most its registration's lease (ARGV[7]), so that the
+-- leases key, which lives a lease after each registration, outlives it;
+-- the waiter attempts again within a third of it (see onSet).
+local function intentLife()
+  return math.min(tonumber(ARGV[2]), tonumber(ARGV[7] or ARGV[2]))
+end
 -- intend writes an exclusive waiter's intent, at its queue position pos: it
--- ends one TTL from now. The keys live as long as their longest entry.
+-- ends intentLife() from now.
 local function intend(pos)
-  local ttl = tonumber(ARGV[2])
   redis.call('ZADD', KEYS[8], pos, waiter)
-  redis.call('HSET', KEYS[7], 'i:' .. waiter, clock() + ttl)
-  for k = 7, 8 do
-    if redis.call('PTTL', KEYS[k]) < ttl then
-      redis.call('PEXPIRE', KEYS[k], ttl)
-    end
-  end
+  redis.call('HSET', KEYS[7], 'i:' .. waiter, clock() + intentLife())
+  redis.call('PEXPIRE', KEYS[8], ARGV[7])
 end
 -- deadIntents: the dead intents that writerAhead passed, removed by
 -- pruneIntents once nothing can fail.
@@ -323,12 +338,13 @@ local function done(c, own, last, now)
       redis.call('PEXPIRE', KEYS[5], ARGV[2])
     end
   end
+  -- The waiter's entries go (keys of another type: left alone).
   if queued then
-    redis.call('ZREM', KEYS[1], waiter)
-    redis.call('HDEL', KEYS[7], waiter)
+    redis.pcall('ZREM', KEYS[1], waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter)
   end
-  if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 then -- another type: left alone
-    redis.call('HDEL', KEYS[7], 'i:' .. waiter)
+  if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 and not queued then
+    redis.pcall('HDEL', KEYS[7], 'i:' .. waiter)
   end
   return {1, fence}
 end
@@ -397,9 +413,9 @@ local function onSet(err)
   local now = clock()
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   if last and tonumber(last) > now then
-    return busy(math.max(math.min(tonumber(last) - now, math.floor(tonumber(ARGV[2]) / 3)), 1), true)
+    return busy(math.max(math.min(tonumber(last) - now, math.floor(intentLife() / 3)), 1), true)
   end
-  local c, bad = grantable()
+  local c, bad = grantable(false)
   if bad then
     return bad
   end
@@ -432,7 +448,7 @@ if ARGV[5] == '0' then
       return busy(wait)
     end
   end
-  local c, bad = grantable()
+  local c, bad = grantable(queued and ARGV[11])
   if bad then
     return bad
   end
@@ -448,7 +464,7 @@ if ARGV[5] == '0' then
         return
       end
       local woken = {}
-      wakeReaders(2, woken, now)
+      wakeReaders(2, woken, function() return now end)
       if tonumber(ARGV[14]) > 0 then
         for _, w in ipairs(woken) do
           redis.call('ZADD', KEYS[2], now + tonumber(ARGV[14]), '~' .. w)
@@ -478,7 +494,7 @@ if not exclusive then
   end
   local mine, resv = claims(now)
   if mine or resv or live < limit then
-    c, bad = grantable()
+    c, bad = grantable(false)
     if bad then
       return bad
     end
@@ -521,7 +537,7 @@ else
     return onSet(v)
   end
   if v == false or v == token or v == '~' .. waiter then
-    c, bad = grantable()
+    c, bad = grantable(false)
     if bad then
       return bad
     end

@@ -70,7 +70,8 @@
 -- every shared waiter queued before the next writer is woken, in batches;
 -- the stand-in is the waiter after the first batch. A semaphore's release
 -- wakes one waiter, whatever it waits for. A writer woken keeps its
--- intent, at position 0: ahead of every reader (see acquire.lua).
+-- intent, at its position: ahead of every reader still queued (see
+-- acquire.lua).
 -- A leaving writer (ARGV[4]) whose intent kept shared waiters out wakes the
 -- shared waiters at the head of the queue (100 at most, then as above)
 -- when no exclusive hold keeps them out; a writer's registration dropped
@@ -117,7 +118,7 @@ local shared = false -- the key's permits are shared holds
 local function nothing()
   if intentGone and type(v) ~= 'string' then
     -- After a writer's intent went, they may no longer wait.
-    wakeReaders(100, {}, clock())
+    wakeReaders(100, {}, clock)
   end
   return 0
 end
@@ -157,7 +158,7 @@ if wake then
     if #popped == 0 then
       break
     end
-    if pop(popped[1], clock()) then
+    if pop(popped[1], clock) then
       woken[1] = popped[1]
       break
     end
@@ -167,7 +168,7 @@ local nxt = woken[1]
 -- group: readers woken onto a lock or shared holds (not a semaphore's).
 local group = nxt and reader(nxt) and (shared or not sem)
 if group then
-  wakeReaders(100, woken, clock())
+  wakeReaders(100, woken, clock)
 end
 
 local reserve = nxt and tonumber(ARGV[3]) > 0

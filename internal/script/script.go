@@ -42,7 +42,7 @@ var (
 	Raise   = newScript(raiseSrc, 4)
 	// A plain lock's everyday path: lock.lua and unlock.lua.
 	Lock   = newScript(lockSrc, 3)
-	Unlock = newScript(unlockSrc, 3)
+	Unlock = newScript(unlockSrc, 2)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -154,9 +154,9 @@ func LockCommand(keys []any, token, ttl, life any) []any {
 }
 
 // UnlockCommand is the command of unlock.lua with keys (the lock's
-// UnlockKeys), token and the counter's retention (see its header).
-func UnlockCommand(keys []any, token, retention any) []any {
-	return Unlock.command(keys, token, retention)
+// UnlockKeys) and token (see its header).
+func UnlockCommand(keys []any, token any) []any {
+	return Unlock.command(keys, token)
 }
 
 // Other is lock.lua's and unlock.lua's answer for a key of another shape

@@ -1,16 +1,14 @@
 -- unlock.lua: release a plain lock (limit 1, no metadata) that holds the
 -- owner's token when nobody waits for it: the everyday path. It is
 -- release.lua's path for that shape, on the same data (see acquire.lua's
--- header for what each key holds).
+-- header for what each key holds), for a lock whose TTL is at most the
+-- fence counter's retention: the counter, whose life every acquisition and
+-- renewal of such a lock set to the retention, needs no shortening.
 --
 -- KEYS, a run of the order that every script shares (see internal/keys):
 -- KEYS[1] waiting set    prefix{K}:waiters
 -- KEYS[2] lock key       prefix{K}
--- KEYS[3] fence counter  prefix{K}:fence
 -- ARGV[1] token          the owner token
--- ARGV[2] retention      ms the fence counter lives after its last use: once
---                        the lock is released, the counter, kept as long as
---                        its holder, lives this long from now
 --
 -- Returns 1 if the lock held ARGV[1] and was released; 0 if it holds
 -- another value, or nothing (it had expired or was taken), or is not a
@@ -24,8 +22,4 @@ end
 if redis.call('ZCARD', KEYS[1]) > 0 then
   return -5
 end
-redis.call('DEL', KEYS[2])
-if redis.call('PTTL', KEYS[3]) > tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-end
-return 1
+return redis.call('DEL', KEYS[2])

@@ -49,18 +49,15 @@ local function dropWaiter(w)
   redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
 end
 
--- pop takes waiter w, already out of the waiting set, and wakes it if its
--- lease is live (now: the server's time in ms); it reports whether it
--- heard of it. A writer woken keeps its intent, which now keeps every
--- reader out (its position becomes 0: see acquire.lua) until it comes or
--- its intent ends.
-local function pop(w, now)
-  local ok = tonumber(redis.call('HGET', KEYS[7], w) or '0') >= now
-  redis.call('HDEL', KEYS[7], w)
-  if ok and tell(w, 'w') then
-    if not reader(w) then
-      redis.pcall('ZADD', KEYS[8], 'XX', 0, w)
-    end
+-- pop takes waiter w, already out of the waiting set, and wakes it (clock:
+-- a function that returns the server's time in ms); it reports whether it
+-- heard of it. Where
+-- PUBLISH's count is exact (LISTENERS "1") its hearing is the test of its
+-- life; elsewhere its lease is read first. A waiter that hears keeps its
+-- lease and intent, which its grant removes (acquire.lua); a writer's
+-- intent, at its position, keeps out the readers queued after it.
+local function pop(w, clock)
+  if (LISTENERS == '1' or tonumber(redis.call('HGET', KEYS[7], w) or '0') >= clock()) and tell(w, 'w') then
     return true
   end
   dropWaiter(w)
@@ -73,14 +70,14 @@ end
 -- hold and wakes the readers then at the head (see acquire.lua), so that a
 -- release wakes every shared waiter queued before the next writer, in
 -- batches, each script bounded.
-local function wakeReaders(n, woken, now)
+local function wakeReaders(n, woken, clock)
   for _ = 1, 2 * n do
     local w = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
     if not w or not reader(w) then
       return
     end
     redis.call('ZREM', KEYS[1], w)
-    if pop(w, now) then
+    if pop(w, clock) then
       woken[#woken + 1] = w
       if #woken >= n then
         return
