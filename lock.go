@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ type Lock struct {
 	names    *keys.Names
 	tokenArg any // the owner token, a string boxed once (see script)
 	fence    uint64
-	fenceArg any // fence, a decimal string boxed once (extend.lua's)
 	metadata string
 	// election is the leadership's state when Campaign acquired the lock,
 	// nil otherwise (see leadership; election.go owns it).
@@ -45,6 +43,9 @@ type Lock struct {
 	validUntil time.Time
 	// events is the hook's bookkeeping (hook.go's).
 	events lockEvents
+	// lostCh is Lost's channel, made by the first call of Lost (most locks
+	// are released without one): closed, or closedCh, once the lock is
+	// lost or released.
 	lostCh chan struct{}
 	// lost: ownership ended while held (or Close took the lock back).
 	lost, released bool
@@ -83,10 +84,9 @@ type Lock struct {
 // boxed string.
 func (l *Locker) newLock(key string, nm *keys.Names, tokenArg any, fence uint64, cfg lockConfig, nodes []nodeLease) *Lock {
 	k := &Lock{
-		l: l, key: key, names: nm, tokenArg: tokenArg, fence: fence, fenceArg: strconv.FormatUint(fence, 10), autoRenew: cfg.autoRenew, metadata: cfg.metadata,
+		l: l, key: key, names: nm, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		limit: cfg.limit, shared: cfg.shared, quorum: l.quorumFor(cfg.limit),
 		ttl:    cfg.ttl,
-		lostCh: make(chan struct{}),
 	}
 	if cfg.election {
 		k.election = &leadership{}
@@ -155,7 +155,29 @@ func (k *Lock) Fence() uint64 { return k.fence }
 // confirmation, or the Locker was closed. It closes before the key can have
 // expired in Redis (the validity subtracts a clock-drift margin), never after.
 // It is also closed by Release.
-func (k *Lock) Lost() <-chan struct{} { return k.lostCh }
+func (k *Lock) Lost() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lostCh == nil {
+		k.lostCh = closedCh
+		if !k.lost && !k.released {
+			k.lostCh = make(chan struct{})
+		}
+	}
+	return k.lostCh
+}
+
+// closedCh is a closed channel: Lost's for a lock that ended before it was
+// asked for.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// endLost closes Lost's channel if it was made; k.mu is held.
+func (k *Lock) endLost() {
+	if k.lostCh != nil && k.lostCh != closedCh {
+		close(k.lostCh)
+	}
+	k.lostCh = closedCh
+}
 
 // TTL returns the lock's TTL: WithTTL's (DefaultTTL without it), or the
 // last one an Extend confirmed; auto-renewals use it.

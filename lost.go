@@ -23,7 +23,7 @@ func (k *Lock) markLost(cause error) {
 		return
 	}
 	k.lost = true
-	close(k.lostCh)
+	k.endLost()
 	k.stopTimers()
 	for i := range k.nodes {
 		k.cleanLeftovers(i, false)

@@ -76,7 +76,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	if first {
 		k.released = true
 		if !k.lost {
-			close(k.lostCh)
+			k.endLost()
 		}
 		k.stopTimers()
 		k.onLostFns = nil

@@ -261,10 +261,10 @@ func (k *Lock) short() bool { return k.metadata == "" && k.limit <= 1 && !k.shar
 // if the call is.
 func (k *Lock) addTo(c *script.ExtendCall, short bool) {
 	if short {
-		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fenceArg)
+		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fence)
 		return
 	}
-	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fenceArg)
+	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fence)
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum
