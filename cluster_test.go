@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redisserver"
 )
 
 // keyOn returns a lock name whose keys the master at addr serves.
@@ -278,5 +279,47 @@ func TestPlainClientToClusterNode(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "MOVED") || !strings.Contains(msg, "redis.ClusterClient") {
 		t.Errorf("the error does not say to use a Cluster client: %q", msg)
+	}
+}
+
+// TestClusterStatusBesideFrozenMaster: Status and Leader on a Cluster read
+// everything from the key's own master, the server's time included: a
+// frozen master that serves other slots fails none of them (a keyless TIME
+// went to a random master, so about one call in three waited out the node
+// timeout and failed with ErrUnavailable).
+func TestClusterStatusBesideFrozenMaster(t *testing.T) {
+	t.Parallel()
+	// Without full coverage the healthy masters keep serving their slots
+	// once the frozen one is marked failed (it has no replica).
+	cl, err := redisserver.NewClusterWith(3, 0, redisserver.WithArgs("--cluster-require-full-coverage", "no"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cc := cl.Client()
+	defer cc.Close()
+	l := newLocker(t, cc, dlock.WithNodeTimeout(300*time.Millisecond))
+	key := keyOn(t, cc, cl.Servers[0].Addr(), "beside")
+	k, err := l.Campaign(ctx(t), key, "leader", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	freeze(t, cl.Servers[1])
+	// A keyless command goes to one of three masters at random: 20 calls
+	// of each all miss the frozen one once in 3,000 runs.
+	failed := 0
+	for range 20 {
+		if st, err := l.Status(ctx(t), key); err != nil || !st.Held || st.Fence != k.Fence() {
+			failed++
+			t.Logf("Status: %+v, %v", st, err)
+		}
+		if ld, err := l.Leader(ctx(t), key); err != nil || ld.Term != k.Fence() || ld.Value != "leader" {
+			failed++
+			t.Logf("Leader: %+v, %v", ld, err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 40 calls of Status and Leader failed while a master that does not serve the key was frozen", failed)
 	}
 }

@@ -18,7 +18,7 @@ type Names struct {
 	// root package's script), in the one order in which every script
 	// takes them as its KEYS: acquire.lua and release.lua all eight,
 	// extend.lua the first five (or two, its short groups), raise.lua the
-	// first three. One array, so that a lock's names cost a few small
+	// first three, time.lua the first. One array, so that a lock's names cost a few small
 	// allocations, not a copy per script.
 	Keys [8]any
 }

@@ -23,6 +23,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"acquire.lua", Acquire, n.AcquireKeys()},
 		{"release.lua", Release, n.ReleaseKeys()},
 		{"raise.lua", Raise, n.RaiseKeys()},
+		{"time.lua", Time, n.Keys[:1]},
 	} {
 		ms := line.FindAllStringSubmatch(s.sc.Source(), -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {

@@ -26,6 +26,8 @@ var (
 	extendSrc string
 	//go:embed raise.lua
 	raiseSrc string
+	//go:embed time.lua
+	timeSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -33,6 +35,7 @@ var (
 	Release = newScript(releaseSrc, 8)
 	Extend  = newScript(extendSrc, 5)
 	Raise   = newScript(raiseSrc, 3)
+	Time    = newScript(timeSrc, 1)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -233,6 +236,12 @@ type RaiseArgs struct {
 // Command is the command of raise.lua with keys and a.
 func (a *RaiseArgs) Command(keys []any) []any {
 	return Raise.command(keys, a.Value, a.Life, a.Token)
+}
+
+// TimeCommand is the command of time.lua for the lock whose key is lock
+// (its Names.Lock, boxed): routed by it on a Cluster.
+func TimeCommand(lock any) []any {
+	return Time.command([]any{lock})
 }
 
 // A ReplyError is a reply dlock cannot use: of a shape it does not expect
