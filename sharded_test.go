@@ -634,3 +634,96 @@ func TestReleaseWithoutChannel(t *testing.T) {
 	}
 	acquiredWithin(t, got, 10*time.Second, "the waiter did not take the lock within 10s of a release it could not hear (TTL 2s)")
 }
+
+// TestShardedFrozenFailover: the master of a waiter's key is frozen
+// (SIGSTOP: its connections stay open and silent, as a hung or cut-off
+// master's) and its replica takes over. The waiter's sharded subscription
+// finds its connection silent (the health check), subscribes the slot where
+// the Cluster now serves it, and the release there wakes the waiter (the
+// lock's TTL is a minute: only the release can wake it in time). The lock,
+// replicated, survives; the test logs how long the holder's Extend failed
+// with ErrUnavailable (or waited for a renewal under way) after the replica
+// took over (docs/reliability.md).
+func TestShardedFrozenFailover(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	master, replica := cl.Servers[0], cl.Replicas[0]
+	key := keyOn(t, cc, master.Addr(), "frozen")
+	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		// Longer than ctx(t): the failover and its detection come first.
+		k, err := b.Acquire(ctxTimeout(t, 90*time.Second), key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k
+	}()
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
+	rc := replica.Client()
+	defer rc.Close()
+	waitFor(t, func() bool {
+		rc.Do(ctx(t), "READONLY")
+		return rc.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1
+	}, "the lock and its waiter to reach the replica")
+	frozen := time.Now()
+	freeze(t, master)
+	waitFor(t, func() bool { return isMaster(replica) }, "the replica to take over")
+	promoted := time.Now()
+	extended := make(chan error, 1)
+	var extendedAt time.Time
+	go func() {
+		var err error
+		extendedAt, err = extendUnavailable(k, 40*time.Second)
+		extended <- err
+	}()
+	waitWithin(t, 40*time.Second, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the new master")
+	moved := time.Now()
+	if err := <-extended; err != nil {
+		t.Fatalf("Extend after the failover: %v", err)
+	}
+	select {
+	case <-k.Lost():
+		t.Fatal("the lock (TTL 1m, replicated) was lost in the failover")
+	default:
+	}
+	t.Logf("the replica took over %s after the freeze; the waiter subscribed there %s after the freeze; the holder's first Extend to succeed returned %s after the replica took over (those before failed with ErrUnavailable)",
+		promoted.Sub(frozen).Round(10*time.Millisecond), moved.Sub(frozen).Round(10*time.Millisecond), extendedAt.Sub(promoted).Round(10*time.Millisecond))
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatalf("Release after the failover: %v", err)
+	}
+	acquiredWithin(t, got, 5*time.Second, "the waiter was not woken by the release on the new master")
+}
+
+// extendUnavailable extends k until Extend returns something else than
+// ErrUnavailable (for up to d), and returns when it did and what it returned.
+func extendUnavailable(k *dlock.Lock, d time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(d)
+	for {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := k.Extend(c, time.Minute)
+		cancel()
+		if !errors.Is(err, dlock.ErrUnavailable) || time.Now().After(deadline) {
+			return time.Now(), err
+		}
+		time.Sleep(50 * time.Millisecond) // the Cluster client reloads its map meanwhile
+	}
+}
+
+// waitWithin is waitFor with a bound of d.
+func waitWithin(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
