@@ -65,10 +65,10 @@ type ShardedConfig struct {
 // slot is routed again (the Cluster client's map reloaded, backing off 50ms
 // more per failure, at most 1s; not to a master that fell silent, for
 // silentFor) and, once the new master confirms it, the slot's waiters try
-// again (a release may have gone unheard meanwhile). After a drop, the map is checked against the
-// Cluster's own (CLUSTER SLOTS) before the slot is subscribed again: a
-// replica accepts a subscription to its master's slots, and a stale map
-// would leave the slot there. go-redis' own resubscription is not used: it
+// again (a release may have gone unheard meanwhile). After a drop, the map
+// is checked against the Cluster's own (CLUSTER SLOTS) before the slot is
+// subscribed again: a replica accepts a subscription to its master's slots,
+// and a stale map would leave the slot there. go-redis' own resubscription is not used: it
 // sends every channel of a connection in one SSUBSCRIBE, which a Cluster
 // refuses for channels of several slots, so a connection that fails is
 // closed, and its slots subscribed again one by one.
