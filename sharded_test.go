@@ -640,10 +640,14 @@ func TestReleaseWithoutChannel(t *testing.T) {
 // master's) and its replica takes over. The waiter's sharded subscription
 // finds its connection silent (the health check), subscribes the slot where
 // the Cluster now serves it, and the release there wakes the waiter (the
-// lock's TTL is a minute: only the release can wake it in time). The lock,
-// replicated, survives; the test logs how long the holder's Extend failed
-// with ErrUnavailable (or waited for a renewal under way) after the replica
-// took over (docs/reliability.md).
+// lock's TTL is two minutes: only the release can wake it in time). The
+// test also measures, on another lock of that master (TTL 1m, replicated,
+// which survives), how long its Extend fails with ErrUnavailable (or waits
+// for a renewal under way) after the replica took over
+// (docs/reliability.md). (The two locks apart: the failed Extends queue a
+// renewal, and a renewal answered after Release sent its command has the
+// cleaner release the key too, which can overtake Release's own command;
+// the waited-for lock is not renewed before its release.)
 func TestShardedFrozenFailover(t *testing.T) {
 	t.Parallel()
 	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
@@ -651,8 +655,12 @@ func TestShardedFrozenFailover(t *testing.T) {
 	defer cc.Close()
 	a, b := newLocker(t, cc), newLocker(t, cl.Client())
 	master, replica := cl.Servers[0], cl.Replicas[0]
-	key := keyOn(t, cc, master.Addr(), "frozen")
-	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(time.Minute))
+	key, other := keyOn(t, cc, master.Addr(), "frozen"), keyOn(t, cc, master.Addr(), "extended")
+	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.Acquire(ctx(t), other, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,8 +678,8 @@ func TestShardedFrozenFailover(t *testing.T) {
 	defer rc.Close()
 	waitFor(t, func() bool {
 		rc.Do(ctx(t), "READONLY")
-		return rc.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1
-	}, "the lock and its waiter to reach the replica")
+		return rc.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1 && rc.Exists(ctx(t), "dlock:{"+other+"}").Val() == 1
+	}, "the locks and the waiter to reach the replica")
 	frozen := time.Now()
 	freeze(t, master)
 	waitFor(t, func() bool { return isMaster(replica) }, "the replica to take over")
@@ -680,7 +688,7 @@ func TestShardedFrozenFailover(t *testing.T) {
 	var extendedAt time.Time
 	go func() {
 		var err error
-		extendedAt, err = extendUnavailable(k, 40*time.Second)
+		extendedAt, err = extendUnavailable(m, 40*time.Second)
 		extended <- err
 	}()
 	waitWithin(t, 40*time.Second, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the new master")
@@ -688,10 +696,12 @@ func TestShardedFrozenFailover(t *testing.T) {
 	if err := <-extended; err != nil {
 		t.Fatalf("Extend after the failover: %v", err)
 	}
-	select {
-	case <-k.Lost():
-		t.Fatal("the lock (TTL 1m, replicated) was lost in the failover")
-	default:
+	for _, l := range []*dlock.Lock{k, m} {
+		select {
+		case <-l.Lost():
+			t.Fatalf("the lock %s (replicated) was lost in the failover", l.Key())
+		default:
+		}
 	}
 	t.Logf("the replica took over %s after the freeze; the waiter subscribed there %s after the freeze; the holder's first Extend to succeed returned %s after the replica took over (those before failed with ErrUnavailable)",
 		promoted.Sub(frozen).Round(10*time.Millisecond), moved.Sub(frozen).Round(10*time.Millisecond), extendedAt.Sub(promoted).Round(10*time.Millisecond))
@@ -726,4 +736,67 @@ func waitWithin(t *testing.T, d time.Duration, cond func() bool, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// shardSubscriberIDs returns the ids of the connections to s subscribed to
+// sharded channels.
+func shardSubscriberIDs(t *testing.T, s *dlocktest.Server) []string {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	list, err := c.ClientList(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		sub := false
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "ssub="); ok && v != "0" {
+				sub = true
+			}
+		}
+		if sub {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestShardedFrozenMasterResumes: a master frozen long enough for the
+// waiter's health check to find its connection silent, then thawed with no
+// failover (it has no replica), still serves the waiter's slot: the waiter
+// subscribes there again on a new connection (once the silent master's 5s
+// apart are over), and the release wakes it.
+func TestShardedFrozenMasterResumes(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	master := cl.Servers[0]
+	k, err := newLocker(t, cc).TryAcquire(ctx(t), "resumes", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := master.Client()
+	defer admin.Close()
+	got := queued(t, newLocker(t, cl.Client()), admin, "resumes", 1)
+	before := shardSubscriberIDs(t, master)
+	if len(before) != 1 {
+		t.Fatalf("%d connections subscribed to sharded channels, want 1", len(before))
+	}
+	thaw := freeze(t, master)
+	// The fault: longer than the health check's 5s of silence and 3s for
+	// the PING's answer.
+	time.Sleep(10 * time.Second)
+	thaw()
+	waitWithin(t, 20*time.Second, func() bool {
+		ids := shardSubscriberIDs(t, master)
+		return len(ids) == 1 && ids[0] != before[0] && len(inboxChannels(t, master)) == 1
+	}, "the waiter to subscribe again, on a new connection")
+	handoff(t, k, got, "the waiter after its master resumed")
 }
