@@ -23,9 +23,9 @@ build:
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
 # (two election edges, the idle waiters' cost, the batched renewals on a
-# Redlock, a Cluster and a frozen Redis, and four of the sharded inbox's
-# fall-back, stand-in and reconnection cases: dlock's own logic, the same with any
-# go-redis), to keep make test within its time. TestHistory is a parallel
+# Redlock, a Cluster and a frozen Redis, and five of the sharded inbox's
+# fall-back, stand-in, reconnection and resumed-master cases: dlock's own
+# logic, the same with any go-redis), to keep make test within its time. TestHistory is a parallel
 # test, beside the others that mostly wait; the go-redis-latest pass runs 4
 # of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
 # machine), the first pass the default number, as cmd/dlock's timed tests
@@ -39,7 +39,7 @@ test: redis
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 ./...
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -parallel 4 -modfile=go.redis-latest.mod \
-		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect)$$' . ./internal/quorum
+		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect|TestShardedFrozenMasterResumes)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod examples/go.mod; do \

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 )
 
 // Status is what the nodes say about a lock, as returned by Locker.Status.
@@ -173,61 +174,120 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 
 // readNodeStatus reads the status of a lock on one node, in one pipeline:
 // its holder (a lock's token, or a semaphore's permits), TTL, counter,
-// waiters, metadata and limit, and the server's time.
+// waiters, metadata and limit, and the server's time, read by time.lua on
+// the key's own master (a keyless TIME would go to any master of a
+// Cluster, which may be down while the key's master answers). A node that
+// no longer has time.lua (a restart, SCRIPT FLUSH) is sent the script once
+// more, with EVAL. It fails with the node's error when a read failed, or
+// when the lock's key is of a type dlock never writes; nothing is written.
 func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names) (NodeStatus, error) {
-	var get, fence, limit *redis.StringCmd
-	var pttl *redis.DurationCmd
-	var waiters *redis.IntCmd
-	var meta, leases *redis.MapStringStringCmd
-	var permits *redis.ZSliceCmd
-	var now *redis.TimeCmd
+	var r statusReads
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, nm.Lock())
-		pttl = p.PTTL(ctx, nm.Lock())
-		fence = p.Get(ctx, nm.Fence())
-		waiters = p.ZCard(ctx, nm.Waiters())
-		meta = p.HGetAll(ctx, nm.Meta())
-		permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
-		limit = p.Get(ctx, nm.Limit())
-		leases = p.HGetAll(ctx, nm.Leases()) // and the writers' intents' ends
-		now = p.Time(ctx)
+		r.send(ctx, p, nm)
 		return nil
 	})
-	// GET or ZRANGE answers WRONGTYPE, whichever the key is not;
-	// both do for a key of another type.
-	if err != nil && !errors.Is(err, redis.Nil) && (!redis.HasErrorPrefix(err, "WRONGTYPE") ||
-		(redis.HasErrorPrefix(get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(permits.Err(), "WRONGTYPE"))) {
+	if err := r.err(err); err != nil {
 		return NodeStatus{}, err
 	}
-	var ns NodeStatus
-	nowMS := now.Val().UnixMilli()
-	if zs, err := permits.Result(); err == nil && len(zs) > 0 {
-		ns.addPermits(zs, meta.Val(), nowMS)
-		ns.Limit, _ = strconv.Atoi(limit.Val())
-		ns.Shared = limit.Val() == "0"
+	if err := r.now.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		r.now = script.Time.Cmd(ctx, script.Time.Eval(script.TimeCommand(nm.TimeKeys())))
+		_ = c.Process(ctx, r.now)
 	}
-	for f, end := range leases.Val() {
+	nowMS, err := serverMS(r.now)
+	if err != nil {
+		return NodeStatus{}, err
+	}
+	return r.status(nowMS), nil
+}
+
+// statusReads are the commands of readNodeStatus.
+type statusReads struct {
+	get, fence, limit *redis.StringCmd
+	pttl              *redis.DurationCmd
+	waiters           *redis.IntCmd
+	meta, leases      *redis.MapStringStringCmd // leases: and the writers' intents' ends
+	permits           *redis.ZSliceCmd
+	now               *redis.Cmd // time.lua's
+}
+
+// send queues the reads of nm's keys on p, then time.lua, routed by the
+// lock's key.
+func (r *statusReads) send(ctx context.Context, p redis.Pipeliner, nm *keys.Names) {
+	r.get = p.Get(ctx, nm.Lock())
+	r.pttl = p.PTTL(ctx, nm.Lock())
+	r.fence = p.Get(ctx, nm.Fence())
+	r.waiters = p.ZCard(ctx, nm.Waiters())
+	r.meta = p.HGetAll(ctx, nm.Meta())
+	r.permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
+	r.limit = p.Get(ctx, nm.Limit())
+	r.leases = p.HGetAll(ctx, nm.Leases())
+	r.now = script.Time.Cmd(ctx, script.TimeCommand(nm.TimeKeys()))
+	_ = p.Process(ctx, r.now)
+}
+
+// err is the pipeline's error (its first command's, or the connection's)
+// if it makes the status unreadable: none, redis.Nil (a key that is not
+// there), time.lua's own (see readNodeStatus) and WRONGTYPE (GET or ZRANGE
+// answers it, whichever the lock's key is not) do not, unless GET and
+// ZRANGE both answer WRONGTYPE (a lock's key of another type).
+func (r *statusReads) err(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) || err == r.now.Err() {
+		return nil
+	}
+	if redis.HasErrorPrefix(err, "WRONGTYPE") &&
+		!(redis.HasErrorPrefix(r.get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(r.permits.Err(), "WRONGTYPE")) {
+		return nil
+	}
+	return err
+}
+
+// serverMS reads time.lua's reply (TIME's: seconds and microseconds) as
+// Unix milliseconds.
+func serverMS(now *redis.Cmd) (int64, error) {
+	v, err := now.Result()
+	if err != nil {
+		return 0, err
+	}
+	if arr, ok := v.([]any); ok && len(arr) == 2 {
+		sec, serr := script.ParseUint(arr[0])
+		usec, uerr := script.ParseUint(arr[1])
+		if serr == nil && uerr == nil {
+			return int64(sec)*1000 + int64(usec)/1000, nil
+		}
+	}
+	return 0, script.BadReply("unexpected time reply %v", v)
+}
+
+// status is the node's status from the reads, nowMS the server's time.
+func (r *statusReads) status(nowMS int64) NodeStatus {
+	var ns NodeStatus
+	if zs, err := r.permits.Result(); err == nil && len(zs) > 0 {
+		ns.addPermits(zs, r.meta.Val(), nowMS)
+		ns.Limit, _ = strconv.Atoi(r.limit.Val())
+		ns.Shared = r.limit.Val() == "0"
+	}
+	for f, end := range r.leases.Val() {
 		if e, _ := strconv.ParseInt(end, 10, 64); strings.HasPrefix(f, "i:") && e > nowMS {
 			ns.Writers++
 		}
 	}
-	if v, err := get.Result(); err == nil {
+	if v, err := r.get.Result(); err == nil {
 		ns.Held = true
 		ns.Reserved = len(v) > 0 && v[0] == '~'
 		ns.token = v
-		ns.TTL = pttl.Val()
+		ns.TTL = r.pttl.Val()
 		if ns.TTL < 0 {
 			ns.TTL = -1
 		}
-		ns.Metadata = meta.Val()[v]
-		ns.holderFence, _ = strconv.ParseUint(meta.Val()["f:"+v], 10, 64)
+		ns.Metadata = r.meta.Val()[v]
+		ns.holderFence, _ = strconv.ParseUint(r.meta.Val()["f:"+v], 10, 64)
 	}
-	if f, err := fence.Uint64(); err == nil {
+	if f, err := r.fence.Uint64(); err == nil {
 		ns.Fence = f
 	}
 	ns.Fence = max(ns.Fence, ns.holderFence)
-	ns.Waiters = waiters.Val()
-	return ns, nil
+	ns.Waiters = r.waiters.Val()
+	return ns
 }
 
 // addPermits records a semaphore's permits (its sorted set, scored by

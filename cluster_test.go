@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redisserver"
 )
 
 // keyOn returns a lock name whose keys the master at addr serves.
@@ -279,4 +280,94 @@ func TestPlainClientToClusterNode(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "MOVED") || !strings.Contains(msg, "redis.ClusterClient") {
 		t.Errorf("the error does not say to use a Cluster client: %q", msg)
 	}
+}
+
+// TestClusterStatusBesideFrozenMaster: Status and Leader on a Cluster read
+// everything from the key's own master, the server's time included: a
+// frozen master that serves other slots fails none of them (a keyless TIME
+// went to a random master, so about one call in three waited out the node
+// timeout and failed with ErrUnavailable).
+func TestClusterStatusBesideFrozenMaster(t *testing.T) {
+	t.Parallel()
+	// Without full coverage the healthy masters keep serving their slots
+	// once the frozen one is marked failed (it has no replica).
+	cl, err := redisserver.NewClusterWith(3, 0, redisserver.WithArgs("--cluster-require-full-coverage", "no"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cc := cl.Client()
+	defer cc.Close()
+	l := newLocker(t, cc, dlock.WithNodeTimeout(300*time.Millisecond))
+	key := keyOn(t, cc, cl.Servers[0].Addr(), "beside")
+	k, err := l.Campaign(ctx(t), key, "leader", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	freeze(t, cl.Servers[1])
+	// A keyless command goes to one of three masters at random: 20 calls
+	// of each all miss the frozen one once in 3,000 runs.
+	failed := 0
+	for range 20 {
+		if st, err := l.Status(ctx(t), key); err != nil || !st.Held || st.Fence != k.Fence() {
+			failed++
+			t.Logf("Status: %+v, %v", st, err)
+		}
+		if ld, err := l.Leader(ctx(t), key); err != nil || ld.Term != k.Fence() || ld.Value != "leader" {
+			failed++
+			t.Logf("Leader: %+v, %v", ld, err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 40 calls of Status and Leader failed while a master that does not serve the key was frozen", failed)
+	}
+}
+
+// TestClusterFrozenFailoverRenewed: a lock of the default TTL (30s) on a
+// Cluster survives its master's freeze (SIGSTOP: its connections stay open
+// and silent) and its replica's takeover (a Cluster node timeout of 1s),
+// with the freeze just before a renewal was due (its validity then is at
+// most 2/3 of the TTL plus 2s; 2/3 of the TTL is the least it can be):
+// go-redis sends the renewals to the new master in time. The test logs when the first renewal was confirmed
+// (docs/reliability.md: what a lock's TTL must exceed).
+func TestClusterFrozenFailoverRenewed(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	l := newLocker(t, cc)
+	master, replica := cl.Servers[0], cl.Replicas[0]
+	key := keyOn(t, cc, master.Addr(), "renewed")
+	k, err := l.Acquire(ctx(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx(t))
+	rc := replica.Client()
+	defer rc.Close()
+	waitFor(t, func() bool {
+		rc.Do(ctx(t), "READONLY")
+		return rc.Exists(ctx(t), "dlock:{"+key+"}").Val() == 1
+	}, "the lock to reach the replica")
+	// Just before a renewal, sent to the frozen master: a renewal is due
+	// TTL/3 after the last (validity 2/3 TTL - drift left), at the instant
+	// of the Locker's grid (2048ms for a TTL of 30s) before that.
+	waitWithin(t, dlock.DefaultTTL, func() bool { return time.Until(k.ValidUntil()) < 2*dlock.DefaultTTL/3+2150*time.Millisecond }, "the next renewal to come near")
+	valid := k.ValidUntil()
+	frozen := time.Now()
+	freeze(t, master)
+	waitFor(t, func() bool { return isMaster(replica) }, "the replica to take over")
+	promoted := time.Now()
+	for !k.ValidUntil().After(valid) {
+		select {
+		case <-k.Lost():
+			t.Fatalf("the lock was lost %s after the freeze (its validity then: %s; the replica took over %s after the freeze)",
+				time.Since(frozen).Round(10*time.Millisecond), valid.Sub(frozen).Round(10*time.Millisecond), promoted.Sub(frozen).Round(10*time.Millisecond))
+		case <-time.After(10 * time.Millisecond): // ValidUntil is read, not waited on
+		}
+	}
+	t.Logf("validity left at the freeze %s; the replica took over %s after it; the first renewal confirmed %s after it (%s after the takeover)",
+		valid.Sub(frozen).Round(10*time.Millisecond), promoted.Sub(frozen).Round(10*time.Millisecond),
+		time.Since(frozen).Round(10*time.Millisecond), time.Since(promoted).Round(10*time.Millisecond))
 }

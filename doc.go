@@ -335,7 +335,12 @@
 //     [WithReplicaAck] closes that window. Fences survive a restart and a
 //     failover (see Fencing) as long as the servers' clocks do not step
 //     back, and, over a quorum, the nodes' clocks agree within the time the
-//     node stayed out.
+//     node stayed out. A Cluster master that freezes instead of dying keeps
+//     renewals waiting on go-redis' read timeouts until its replica takes
+//     over and go-redis finds it: a lock survives that only if 2/3 of its
+//     TTL exceeds the failover time plus up to 20s (about 60s at Redis'
+//     default cluster-node-timeout; docs/reliability.md); otherwise Lost
+//     closes before its key can expire.
 //   - On a Redis Cluster, the message that wakes a waiter travels over the
 //     cluster bus, from the node of the lock to the node of the waiter's
 //     subscription; Redis drops a bus link that stalls for half the node

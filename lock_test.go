@@ -628,6 +628,19 @@ func TestScriptsReloadedAfterFlush(t *testing.T) {
 	if err := k.Release(ctx(t)); err != nil {
 		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
 	}
+	// Status reads the server's time with a script too (time.lua): a
+	// semaphore's permits need it.
+	p, err := l.Acquire(ctx(t), "flush", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx(t))
+	if err := c.ScriptFlush(ctx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := l.Status(ctx(t), "flush"); err != nil || len(st.Permits) != 1 || st.Permits[0].TTL <= 0 {
+		t.Fatalf("Status after SCRIPT FLUSH: %+v, %v", st, err)
+	}
 }
 
 func TestWaiterGivesUpHandsOn(t *testing.T) {

@@ -634,3 +634,169 @@ func TestReleaseWithoutChannel(t *testing.T) {
 	}
 	acquiredWithin(t, got, 10*time.Second, "the waiter did not take the lock within 10s of a release it could not hear (TTL 2s)")
 }
+
+// TestShardedFrozenFailover: the master of a waiter's key is frozen
+// (SIGSTOP: its connections stay open and silent, as a hung or cut-off
+// master's) and its replica takes over. The waiter's sharded subscription
+// finds its connection silent (the health check), subscribes the slot where
+// the Cluster now serves it, and the release there wakes the waiter (the
+// lock's TTL is two minutes: only the release can wake it in time). The
+// test also measures, on another lock of that master (TTL 1m, replicated,
+// which survives), how long its Extend fails with ErrUnavailable (or waits
+// for a renewal under way) after the replica took over
+// (docs/reliability.md). (The two locks apart: the failed Extends queue a
+// renewal, and a renewal answered after Release sent its command has the
+// cleaner release the key too, which can overtake Release's own command;
+// the waited-for lock is not renewed before its release.)
+func TestShardedFrozenFailover(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartClusterWithReplicas(t, 3, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	a, b := newLocker(t, cc), newLocker(t, cl.Client())
+	master, replica := cl.Servers[0], cl.Replicas[0]
+	key, other := keyOn(t, cc, master.Addr(), "frozen"), keyOn(t, cc, master.Addr(), "extended")
+	k, err := a.Acquire(ctx(t), key, dlock.WithTTL(2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.Acquire(ctx(t), other, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		// Longer than ctx(t): the failover and its detection come first.
+		k, err := b.Acquire(ctxTimeout(t, 90*time.Second), key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- k
+	}()
+	waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return st.Waiters == 1 }, "the waiter")
+	rc := replica.Client()
+	defer rc.Close()
+	waitFor(t, func() bool {
+		rc.Do(ctx(t), "READONLY")
+		return rc.ZCard(ctx(t), "dlock:{"+key+"}:waiters").Val() == 1 && rc.Exists(ctx(t), "dlock:{"+other+"}").Val() == 1
+	}, "the locks and the waiter to reach the replica")
+	frozen := time.Now()
+	freeze(t, master)
+	waitFor(t, func() bool { return isMaster(replica) }, "the replica to take over")
+	promoted := time.Now()
+	extended := make(chan error, 1)
+	var extendedAt time.Time
+	go func() {
+		var err error
+		extendedAt, err = extendUnavailable(m, 40*time.Second)
+		extended <- err
+	}()
+	waitWithin(t, 40*time.Second, func() bool { return len(inboxChannels(t, replica)) == 1 }, "the waiter to subscribe on the new master")
+	moved := time.Now()
+	if err := <-extended; err != nil {
+		t.Fatalf("Extend after the failover: %v", err)
+	}
+	for _, l := range []*dlock.Lock{k, m} {
+		select {
+		case <-l.Lost():
+			t.Fatalf("the lock %s (replicated) was lost in the failover", l.Key())
+		default:
+		}
+	}
+	t.Logf("the replica took over %s after the freeze; the waiter subscribed there %s after the freeze; the holder's first Extend to succeed returned %s after the replica took over (those before failed with ErrUnavailable)",
+		promoted.Sub(frozen).Round(10*time.Millisecond), moved.Sub(frozen).Round(10*time.Millisecond), extendedAt.Sub(promoted).Round(10*time.Millisecond))
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatalf("Release after the failover: %v", err)
+	}
+	acquiredWithin(t, got, 5*time.Second, "the waiter was not woken by the release on the new master")
+}
+
+// extendUnavailable extends k until Extend returns something else than
+// ErrUnavailable (for up to d), and returns when it did and what it returned.
+func extendUnavailable(k *dlock.Lock, d time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(d)
+	for {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := k.Extend(c, time.Minute)
+		cancel()
+		if !errors.Is(err, dlock.ErrUnavailable) || time.Now().After(deadline) {
+			return time.Now(), err
+		}
+		time.Sleep(50 * time.Millisecond) // the Cluster client reloads its map meanwhile
+	}
+}
+
+// waitWithin is waitFor with a bound of d.
+func waitWithin(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shardSubscriberIDs returns the ids of the connections to s subscribed to
+// sharded channels.
+func shardSubscriberIDs(t *testing.T, s *dlocktest.Server) []string {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	list, err := c.ClientList(ctx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		sub := false
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "ssub="); ok && v != "0" {
+				sub = true
+			}
+		}
+		if sub {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestShardedFrozenMasterResumes: a master frozen long enough for the
+// waiter's health check to find its connection silent, then thawed with no
+// failover (it has no replica), still serves the waiter's slot: the waiter
+// subscribes there again on a new connection (once the silent master's 5s
+// apart are over), and the release wakes it.
+func TestShardedFrozenMasterResumes(t *testing.T) {
+	t.Parallel()
+	cl := dlocktest.StartCluster(t, 1)
+	cc := cl.Client()
+	defer cc.Close()
+	master := cl.Servers[0]
+	k, err := newLocker(t, cc).TryAcquire(ctx(t), "resumes", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := master.Client()
+	defer admin.Close()
+	got := queued(t, newLocker(t, cl.Client()), admin, "resumes", 1)
+	before := shardSubscriberIDs(t, master)
+	if len(before) != 1 {
+		t.Fatalf("%d connections subscribed to sharded channels, want 1", len(before))
+	}
+	thaw := freeze(t, master)
+	// The fault: longer than the health check's 5s of silence and 3s for
+	// the PING's answer.
+	time.Sleep(10 * time.Second)
+	thaw()
+	waitWithin(t, 20*time.Second, func() bool {
+		ids := shardSubscriberIDs(t, master)
+		return len(ids) == 1 && ids[0] != before[0] && len(inboxChannels(t, master)) == 1
+	}, "the waiter to subscribe again, on a new connection")
+	handoff(t, k, got, "the waiter after its master resumed")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,14 +59,16 @@ type ShardedConfig struct {
 //
 // A slot's subscription follows the slot: when its master drops it (the
 // slot migrated, or the master became a replica: Redis pushes sunsubscribe),
-// refuses it (MOVED: the Cluster client's map was stale) or its connection
-// fails (a failover), the slot is routed again (the Cluster client's map
-// reloaded, backing off 50ms more per failure, at most 1s) and, once the
-// new master confirms it, the slot's waiters try again (a release may have
-// gone unheard meanwhile). After a drop, the map is checked against the
-// Cluster's own (CLUSTER SLOTS) before the slot is subscribed again: a
-// replica accepts a subscription to its master's slots, and a stale map
-// would leave the slot there. go-redis' own resubscription is not used: it
+// refuses it (MOVED: the Cluster client's map was stale), its connection
+// fails (a failover), or its connection falls silent (a frozen, hung or
+// cut-off master, whose replica may take over: see healthInterval), the
+// slot is routed again (the Cluster client's map reloaded, backing off 50ms
+// more per failure, at most 1s; not to a master that fell silent, for
+// silentFor) and, once the new master confirms it, the slot's waiters try
+// again (a release may have gone unheard meanwhile). After a drop, the map
+// is checked against the Cluster's own (CLUSTER SLOTS) before the slot is
+// subscribed again: a replica accepts a subscription to its master's slots,
+// and a stale map would leave the slot there. go-redis' own resubscription is not used: it
 // sends every channel of a connection in one SSUBSCRIBE, which a Cluster
 // refuses for channels of several slots, so a connection that fails is
 // closed, and its slots subscribed again one by one.
@@ -81,6 +84,9 @@ type Sharded struct {
 	slots     map[int]*slotSub
 	byChannel map[string]int
 	shards    map[string]*shard // by master address
+	// quiet are the masters that fell silent (see silent), with the time
+	// until which no slot is subscribed there.
+	quiet map[string]time.Time
 	// pending are the slots to route, with the time each is due.
 	pending     map[int]time.Time
 	failures    int  // routing rounds that failed in a row
@@ -127,6 +133,7 @@ func NewSharded(cfg ShardedConfig) *Sharded {
 		slots:     make(map[int]*slotSub),
 		byChannel: make(map[string]int),
 		shards:    make(map[string]*shard),
+		quiet:     make(map[string]time.Time),
 		pending:   make(map[int]time.Time),
 		kick:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
@@ -359,14 +366,10 @@ func (s *Sharded) subscribe(slot int, masters func(slot int) string) error {
 	}
 	addr := node.Options().Addr
 	s.mu.Lock()
-	if st.moving > 0 && masters != nil {
-		if m := masters(slot); m != addr {
-			st.moving--
-			s.mu.Unlock()
-			return fmt.Errorf("dlock: the Cluster client's map names %s as the master of slot %d, the Cluster %q", addr, slot, m)
-		}
+	if err := s.checkMaster(st, slot, addr, masters); err != nil {
+		s.mu.Unlock()
+		return err
 	}
-	st.moving = 0
 	if s.closed {
 		s.mu.Unlock()
 		return nil
@@ -390,6 +393,27 @@ func (s *Sharded) subscribe(slot int, masters func(slot int) string) error {
 		s.lost(sh)
 		return err
 	}
+	return nil
+}
+
+// checkMaster reports an error if slot (st) is not to be subscribed at
+// addr, the master that the Cluster client's map names, yet: addr fell
+// silent less than silentFor ago, or the slot was dropped by its master and
+// the Cluster names another (masters, see mastersIfMoving); s.mu is held.
+func (s *Sharded) checkMaster(st *slotSub, slot int, addr string, masters func(slot int) string) error {
+	if until, ok := s.quiet[addr]; ok {
+		if time.Now().Before(until) {
+			return fmt.Errorf("dlock: %s, the master of slot %d in the Cluster client's map, fell silent", addr, slot)
+		}
+		delete(s.quiet, addr)
+	}
+	if st.moving > 0 && masters != nil {
+		if m := masters(slot); m != addr {
+			st.moving--
+			return fmt.Errorf("dlock: the Cluster client's map names %s as the master of slot %d, the Cluster %q", addr, slot, m)
+		}
+	}
+	st.moving = 0
 	return nil
 }
 
@@ -427,18 +451,35 @@ func (s *Sharded) mastersIfMoving(due []int) func(slot int) string {
 	}
 }
 
-// receive reads what sh's connection receives until it fails or is closed.
+// receive reads what sh's connection receives until it fails, is closed,
+// or falls silent: a connection on which nothing came for healthInterval is
+// sent a PING, and one that then stays silent for healthTimeout is taken for
+// lost (silent), as a failed one is.
 func (s *Sharded) receive(sh *shard) {
 	defer s.wg.Done()
+	pinged := false
 	for {
-		msg, err := sh.ps.Receive(context.Background())
+		wait := healthInterval
+		if pinged {
+			wait = healthTimeout
+		}
+		msg, err := sh.ps.ReceiveTimeout(context.Background(), wait)
 		if err != nil {
+			if isTimeout(err) {
+				if !pinged && s.ping(sh) == nil {
+					pinged = true
+					continue
+				}
+				s.silent(sh)
+				return
+			}
 			if !s.replyError(sh, err) {
 				s.lost(sh)
 				return
 			}
 			continue
 		}
+		pinged = false // anything read shows the connection alive
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.cfg.Deliver(m.Payload)
@@ -452,6 +493,56 @@ func (s *Sharded) receive(sh *shard) {
 			}
 		}
 	}
+}
+
+// The health check of a shard's connection. A master that is frozen, hung
+// or cut off keeps its connection open and silent: no error comes, and no
+// sunsubscribe when its replica takes over, so without it the slots would
+// stay on the old master, "ready", while the releases on the new one reach
+// nobody. Its cost: one PING per connection (per master that the Locker
+// waits on, whatever its number of waiters) per healthInterval at most, and
+// none while messages come; a silent master is found within
+// healthInterval+healthTimeout (8s), then avoided for silentFor.
+const (
+	healthInterval = 5 * time.Second
+	// healthTimeout is go-redis' default read timeout: a master that
+	// answers no PING within it is taken for gone.
+	healthTimeout = 3 * time.Second
+	// silentFor is how long after a master fell silent a slot is not
+	// subscribed there again (its replica may be taking over; meanwhile
+	// the Cluster client's map, reloaded, may still name it): then it is
+	// tried again, as it may serve the slot still.
+	silentFor = healthInterval
+)
+
+// isTimeout reports whether err is a read or dial that timed out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ping sends a PING on sh's connection, bounded by SubscribeTimeout; its
+// answer comes to the receive loop.
+func (s *Sharded) ping(sh *shard) error {
+	ctx, cancel := context.WithTimeout(context.Background(), SubscribeTimeout)
+	defer cancel()
+	return sh.ps.Ping(ctx)
+}
+
+// silent closes sh after its master fell silent, routes its slots again,
+// and keeps them off that master for silentFor; the Cluster client's map is
+// reloaded, so that it names the replica that takes over.
+func (s *Sharded) silent(sh *shard) {
+	s.mu.Lock()
+	closed := s.closed || sh.dead
+	if !closed {
+		s.quiet[sh.addr] = time.Now().Add(silentFor)
+	}
+	s.mu.Unlock()
+	if !closed {
+		s.cfg.Client.ReloadState(context.Background())
+	}
+	s.lost(sh)
 }
 
 // confirmed records the confirmation of channel on sh, and wakes the

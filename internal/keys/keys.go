@@ -20,7 +20,8 @@ type Names struct {
 	// eight; the plain lock's lock.lua the lock, its counter and its
 	// tombstones, unlock.lua the waiting set and the lock;
 	// extend.lua five from the lock on (or two, its short groups);
-	// raise.lua four from the lock on. One array, so that a lock's names
+	// raise.lua four from the lock on;
+	// time.lua the lock. One array, so that a lock's names
 	// cost a few small allocations, not a copy per script.
 	Keys [8]any
 }
@@ -75,6 +76,9 @@ func (n *Names) LockKeys() []any { return n.Keys[LockKey : DeadKey+1 : DeadKey+1
 
 // UnlockKeys are unlock.lua's KEYS: the waiting set and the lock.
 func (n *Names) UnlockKeys() []any { return n.Keys[WaitersKey : LockKey+1 : LockKey+1] }
+
+// TimeKeys are time.lua's KEYS: the lock.
+func (n *Names) TimeKeys() []any { return n.Keys[LockKey : LockKey+1 : LockKey+1] }
 
 // ExtendKeys are extend.lua's KEYS (of one lock).
 func (n *Names) ExtendKeys() []any { return n.Keys[LockKey : LimitKey+1 : LimitKey+1] }

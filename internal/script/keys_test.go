@@ -25,6 +25,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"raise.lua", Raise, n.RaiseKeys()},
 		{"lock.lua", Lock, n.LockKeys()},
 		{"unlock.lua", Unlock, n.UnlockKeys()},
+		{"time.lua", Time, n.TimeKeys()},
 	} {
 		ms := line.FindAllStringSubmatch(s.sc.Source(), -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {

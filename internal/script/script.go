@@ -33,6 +33,8 @@ var (
 	lockSrc string
 	//go:embed unlock.lua
 	unlockSrc string
+	//go:embed time.lua
+	timeSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -43,6 +45,7 @@ var (
 	// A plain lock's everyday path: lock.lua and unlock.lua.
 	Lock   = newScript(lockSrc, 3)
 	Unlock = newScript(unlockSrc, 2)
+	Time   = newScript(timeSrc, 1)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -306,6 +309,12 @@ func ParseRaise(v any) (RaiseReply, error) {
 		return RaiseReply{}, BadReply("unexpected counter in raise reply %v: %v", v, err)
 	}
 	return RaiseReply{Claimed: flag == 1, Counter: c}, nil
+}
+
+// TimeCommand is the command of time.lua with keys (a lock's TimeKeys):
+// routed by the lock's key on a Cluster.
+func TimeCommand(keys []any) []any {
+	return Time.command(keys)
 }
 
 // A ReplyError is a reply dlock cannot use: of a shape it does not expect
