@@ -86,7 +86,7 @@ func (l *Locker) newLock(key string, nm *keys.Names, tokenArg any, fence uint64,
 	k := &Lock{
 		l: l, key: key, names: nm, tokenArg: tokenArg, fence: fence, autoRenew: cfg.autoRenew, metadata: cfg.metadata,
 		limit: cfg.limit, shared: cfg.shared, quorum: l.quorumFor(cfg.limit),
-		ttl:    cfg.ttl,
+		ttl: cfg.ttl,
 	}
 	if cfg.election {
 		k.election = &leadership{}
