@@ -112,9 +112,9 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	nm := l.names(key)
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
+		quorum.RunFunc[NodeStatus](func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
 			return readNodeStatus(ctx, c, nm)
-		},
+		}),
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
 	held := 0
 	// One answer is enough for a status.
@@ -334,7 +334,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
@@ -368,7 +368,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 				}
 			}
 			return 0, fmt.Errorf("the lock changed hands during the release, try again")
-		},
+		}),
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
 	// Every node must answer.

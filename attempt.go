@@ -144,20 +144,19 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	q := l.quorumFor(cfg.limit)
 	lim := limitArg(cfg.limit, cfg.shared)
 	res := attemptResult{outcome: l.newOutcome(key, q)}
-	cmd := attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
-		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}
-	switch {
+	// The round's command per node and its late answers: one allocation.
+	late := &lateAcquire{ks: ks, token: token, ttl: cfg.ttl, cmd: attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
+		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}}
+	switch cmd := &late.cmd; {
 	case regs == nil && cfg.plain():
 		cmd.lock = script.LockCommand(nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
 	case regs == nil:
 		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // the same for every node
 	}
-
-	late := &lateAcquire{l: l, ks: ks, regs: regs, nm: nm, token: token, ttl: cfg.ttl}
 	late.decided.Add(1)
 
 	start := time.Now()
-	results, missing := quorum.Fanout(ctx, l.nodes, timeout, cmd.run,
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout, late,
 		func(rs []quorum.Result[script.AcquireReply], suspects int) bool {
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
@@ -375,27 +374,32 @@ func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, 
 // lateAcquire handles the answers to an attempt that arrive after its round:
 // once the attempt's outcome is known (decided), such an answer goes to the
 // lock (k) if it succeeded, or has the node cleaned up if it failed.
+// It is also the round's quorum.Runner: its command per node (cmd).
 type lateAcquire struct {
-	l       *Locker
+	cmd     attemptCmd // its Locker, names and registrations too
 	ks      *keyState
-	regs    []nodeReg
-	nm      *keys.Names
 	token   string
 	ttl     time.Duration
 	decided sync.WaitGroup
 	k       *Lock // set before decided is done
 }
 
+// Run sends the attempt's command to node i (see attemptCmd.run).
+func (a *lateAcquire) Run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+	return a.cmd.run(ctx, i, c)
+}
+
 func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 	a.decided.Wait()
-	e := a.l.effectOf(r.Node, r.Err, r.Val.OK)
+	l := a.cmd.l
+	e := l.effectOf(r.Node, r.Err, r.Val.OK)
 	if a.ks != nil {
-		a.ks.lateAnswer(r.Node, a.regs[r.Node], e, r.Val.Pos)
+		a.ks.lateAnswer(r.Node, a.cmd.regs[r.Node], e, r.Val.Pos)
 	}
 	if a.k != nil {
 		a.k.lateAnswer(r.Node, e)
 	} else if clean, bury := e.cleans(); clean {
-		a.l.clean(r.Node, a.nm, a.token, a.ttl, bury, time.Now(), true)
+		l.clean(r.Node, a.cmd.nm, a.token, a.ttl, bury, time.Now(), true)
 	}
 }
 
@@ -453,13 +457,13 @@ func (l *Locker) raiseOn(ctx context.Context, nm *keys.Names, token string, ttl 
 	raise := script.RaiseArgs{Value: strconv.FormatUint(fence, 10), Life: l.counterLife(ttl), Token: token}
 	args := raise.Command(nm.RaiseKeys())
 	rs, _ := quorum.Fanout(ctx, l.subset(idx), timeout,
-		func(ctx context.Context, _ int, c redis.UniversalClient) (script.RaiseReply, error) {
+		quorum.RunFunc[script.RaiseReply](func(ctx context.Context, _ int, c redis.UniversalClient) (script.RaiseReply, error) {
 			v, err := runOn(ctx, c, script.Raise, args)
 			if err != nil {
 				return script.RaiseReply{}, err
 			}
 			return script.ParseRaise(v)
-		},
+		}),
 		func(rs []quorum.Result[script.RaiseReply], _ int) bool {
 			ok := 0
 			for _, r := range rs {

@@ -116,9 +116,9 @@ func (l *Locker) announce(key, msg string) {
 	ch := l.electionChannel(key)
 	n := len(l.nodes)
 	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
-		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			return c.Publish(ctx, ch, msg).Result()
-		},
+		}),
 		func(rs []quorum.Result[int64], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
 }
 

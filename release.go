@@ -173,12 +173,12 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	// counter's retention); release.lua otherwise.
 	lean := k.short() && k.ttl <= l.cfg.fenceRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			if lean {
 				return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
 			}
 			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, k.metadata != "", false)
-		},
+		}),
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
 			// would refuse an acquisition made right after Release.

@@ -230,11 +230,11 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
-		func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
 			vals, errs := script.ExtendReplies(v, err, 1)
 			return vals[0], errs[0]
-		},
+		}),
 		func(rs []quorum.Result[int64], suspects int) bool {
 			return quorum.Decided(rs, suspects, len(nodes), need, confirmed)
 		},

@@ -362,11 +362,11 @@ func (l *Locker) renewBatch(items []renewItem) {
 		}
 	}
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
+		quorum.RunFunc[extendReply](func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
 			vals, errs := script.ExtendReplies(v, err, len(items))
 			return extendReply{vals, errs}, err
-		},
+		}),
 		func(rs []quorum.Result[extendReply], suspects int) bool {
 			for j, it := range items {
 				if !quorum.Decided(lockResults(buf, rs, j), suspects, n, it.k.quorum, confirmed) {

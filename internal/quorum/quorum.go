@@ -445,18 +445,31 @@ func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ct
 	if late != nil {
 		lateR = LateFunc[T](func(r Result[T]) { late(r.Val, r.Err) })
 	}
-	r, answered, inline := call(ctx, n, 0, timeout, func(ctx context.Context, _ int, c redis.UniversalClient) (T, error) { return fn(ctx, c) }, lateR)
+	r, answered, inline := call(ctx, n, 0, timeout, RunFunc[T](func(ctx context.Context, _ int, c redis.UniversalClient) (T, error) { return fn(ctx, c) }), lateR)
 	return r.Val, r.Err, answered, inline
 }
 
+// A Runner runs a round's command on node i with its client c.
+type Runner[T any] interface {
+	Run(ctx context.Context, i int, c redis.UniversalClient) (T, error)
+}
+
+// RunFunc is a function as a Runner.
+type RunFunc[T any] func(ctx context.Context, i int, c redis.UniversalClient) (T, error)
+
+// Run calls f.
+func (f RunFunc[T]) Run(ctx context.Context, i int, c redis.UniversalClient) (T, error) {
+	return f(ctx, i, c)
+}
+
 // call is Call for node i of a Fanout (fn is given i).
-func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error), late Late[T]) (r Result[T], answered, inline bool) {
+func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn Runner[T], late Late[T]) (r Result[T], answered, inline bool) {
 	r.Node = i
 	c := n.inline(ctx, timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	if c != nil {
 		defer cancel()
-		r.Val, r.Err = fn(ctx, i, c)
+		r.Val, r.Err = fn.Run(ctx, i, c)
 		n.failed(r.Err)
 		if r.Err != nil && (ctx.Err() != nil || isTimeout(r.Err)) {
 			r.Err = ctx.Err()
@@ -469,7 +482,7 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	ch := make(chan Result[T], 1)
 	n.run(func() {
-		v, err := fn(ctx, i, n.workerClient())
+		v, err := fn.Run(ctx, i, n.workerClient())
 		n.failed(err)
 		ch <- Result[T]{Node: i, Val: v, Err: err}
 	})
@@ -531,7 +544,7 @@ type Missing struct {
 // returned are passed to late (on another goroutine), if late is not nil.
 // With one node, fn runs through Call without the fan-out machinery.
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
-	fn func(ctx context.Context, i int, c redis.UniversalClient) (T, error),
+	fn Runner[T],
 	done func(results []Result[T], suspects int) bool,
 	late Late[T],
 ) ([]Result[T], []Missing) {
@@ -555,7 +568,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspectBefore[i] = true
 		}
 		n.run(func() {
-			v, err := fn(ctx, i, n.workerClient())
+			v, err := fn.Run(ctx, i, n.workerClient())
 			nodes[i].answered(err)
 			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}

@@ -43,12 +43,12 @@ func TestFanoutDecidesEarly(t *testing.T) {
 	late := make(chan Result[int], 1)
 	start := time.Now()
 	rs, missing := Fanout(context.Background(), ns, time.Minute,
-		func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
+		RunFunc[int](func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
 			if i == 2 {
 				<-release
 			}
 			return 1, nil
-		},
+		}),
 		func(rs []Result[int], suspects int) bool { ok, _ := okCount(rs); return ok >= 2 },
 		LateFunc[int](func(r Result[int]) { late <- r }))
 	if len(rs) != 2 || len(missing) != 0 {
@@ -87,7 +87,7 @@ func TestFanoutTimeoutMakesSuspect(t *testing.T) {
 		ok, bad := okCount(rs)
 		return ok >= 2 || bad+suspects > 1
 	}
-	_, missing := Fanout(context.Background(), ns, 50*time.Millisecond, fn, done, nil)
+	_, missing := Fanout(context.Background(), ns, 50*time.Millisecond, RunFunc[int](fn), done, nil)
 	if len(missing) != 1 || missing[0].Node != 2 || !errors.Is(missing[0].Err, context.DeadlineExceeded) {
 		t.Fatalf("missing = %+v, want node 2 timed out", missing)
 	}
@@ -95,7 +95,7 @@ func TestFanoutTimeoutMakesSuspect(t *testing.T) {
 		t.Fatal("node 2 not suspect after timing out")
 	}
 	start := time.Now()
-	_, missing = Fanout(context.Background(), ns, time.Minute, fn, done, nil)
+	_, missing = Fanout(context.Background(), ns, time.Minute, RunFunc[int](fn), done, nil)
 	if time.Since(start) > 10*time.Second {
 		t.Fatal("the second round waited for the suspect node")
 	}
