@@ -586,6 +586,15 @@ func TestACLEveryFeature(t *testing.T) {
 		handoff(t, k, got, "the Redlock waiter")
 		k, err = ra.TryAcquire(ctx(t), "rl")
 		aclNoErr(t, "TryAcquire on a Redlock", err)
+		// TryAcquire returns once a quorum granted: the third node's grant
+		// may come a moment later.
+		waitFor(t, func() bool {
+			on := 0
+			for _, c := range admins {
+				on += int(c.Exists(ctx(t), "dlock:{rl}").Val())
+			}
+			return on == 3
+		}, "every node to hold the key")
 		n, err := rb.ForceRelease(ctx(t), "rl")
 		aclNoErr(t, "ForceRelease on a Redlock", err)
 		if n != 3 {
