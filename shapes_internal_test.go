@@ -22,17 +22,12 @@ func TestSharedWriterAheadWhateverItsIntent(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
 	defer c.Close()
-	ctx := context.Background()
 	nm := keys.Make("dlock:", "ahead")
 	run := func(token, limit, ttl, member, pos, queued string) []any {
 		t.Helper()
 		a := script.AcquireArgs{Token: token, TTL: ttl, Retention: "60000", Metadata: "", Limit: limit}
 		w := script.Waiter{Member: member, Lease: "180000", Position: pos, Queued: queued, Refresh: "0"}
-		v, err := script.Acquire.Run(ctx, c, a.WaiterCommand(nm.AcquireKeys(), w))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.([]any)
+		return runScript(t, c, script.Acquire, a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
 	}
 	// A shared holder, then a writer with a long TTL waits behind it.
 	if r := run("h", "0", "60000", "H:r1:ahead", "0", "0"); r[0] != int64(1) {
@@ -73,19 +68,11 @@ func TestPlainLockScripts(t *testing.T) {
 	nm := keys.Make("dlock:", "plain")
 	lock := func(token string) []any {
 		t.Helper()
-		v, err := script.Lock.Run(ctx, c, script.LockCommand(nm.LockKeys(), token, "30000", "60000"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.([]any)
+		return runScript(t, c, script.Lock, script.LockCommand(nm.LockKeys(), token, "30000", "60000")).([]any)
 	}
 	unlock := func(token string) int64 {
 		t.Helper()
-		v, err := script.Unlock.Run(ctx, c, script.UnlockCommand(nm.UnlockKeys(), token))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.(int64)
+		return runScript(t, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token)).(int64)
 	}
 	first := lock("a")
 	if first[0] != int64(1) {
@@ -136,4 +123,14 @@ func TestPlainLockScripts(t *testing.T) {
 	if _, err := script.Lock.Run(ctx, c, script.LockCommand(nm.LockKeys(), "g", "30000", "60000")); err == nil {
 		t.Error("a counter that is no integer: no error")
 	}
+}
+
+// runScript runs the command args of s on c, failing the test on an error.
+func runScript(t *testing.T, c *redis.Client, s *script.Script, args []any) any {
+	t.Helper()
+	v, err := s.Run(context.Background(), c, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
