@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
@@ -206,7 +207,9 @@ type attemptCmd struct {
 // run sends the attempt's command to node i: lock.lua for a plain lock that
 // does not register, then acquire.lua if lock.lua answered Other (a key of
 // another shape: one round trip more, for a plain lock asked of a key held
-// as shared holds or a semaphore); else acquire.lua.
+// as shared holds or a semaphore), within the round's deadline (with a
+// client whose socket deadlines bound its calls, and that does not honour
+// ctx, the second can end up to a node timeout after it); else acquire.lua.
 func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
 	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 	defer asked()
@@ -214,6 +217,9 @@ func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (s
 		r, err := a.l.runAcquire(ctx, c, a.timeout, script.Lock, a.lock)
 		if err != nil || r.OK || r.PTTL != script.Other {
 			return r, err
+		}
+		if err := ctx.Err(); err != nil {
+			return r, err // out of time for the second command
 		}
 	}
 	args := a.args
@@ -404,8 +410,14 @@ func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 }
 
 // maxClaimRounds bounds the rounds in which a Redlock grant claims a larger
-// fence after another holder's reached its own on a node (see claimFences).
-const maxClaimRounds = 4
+// fence after another holder's reached its own on a node (see claimFences);
+// claimJitter is the range of the random part added to such a fence, so
+// that two holders that both missed do not claim one value again (it puts
+// the counters that many microseconds ahead at most, per claim).
+const (
+	maxClaimRounds = 4
+	claimJitter    = 16
+)
 
 // claimFences makes fence, the largest the granting nodes issued, the
 // holder's own on at least a quorum of them: a node claims it when it
@@ -417,7 +429,8 @@ const maxClaimRounds = 4
 // larger. When a node's counter already holds fence or more (another
 // holder, granted at nearly the same moment in another order on each node,
 // has it), a larger fence (the largest counter seen, plus one and a small
-// jitter, so that two such holders do not claim one value again) is claimed
+// jitter, claimJitter, so that two such holders do not claim one value
+// again) is claimed
 // on every granting node, for at most maxClaimRounds rounds. It returns the
 // fence claimed and whether a quorum claimed it (if not, the grant is given
 // back and the caller tries again, as for a grant with no validity left).
@@ -443,8 +456,11 @@ func (l *Locker) claimFences(ctx context.Context, nm *keys.Names, token string, 
 		if claimed += got; claimed >= q {
 			return fence, true
 		}
-		fence = max(fence, highest) + 1 + mrand.Uint64N(256)
-		claimed, low = 0, all
+		next := max(fence, highest) + 1 + mrand.Uint64N(claimJitter)
+		if next >= math.MaxInt64 || next < fence {
+			return fence, false // no larger fence a counter can hold
+		}
+		fence, claimed, low = next, 0, all
 	}
 	return fence, false
 }

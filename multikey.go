@@ -73,7 +73,10 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...LockOpti
 		if k != nil {
 			hold(i, k)
 		}
-		if ctx.Err() == nil && errors.Is(context.Cause(wctx), ErrLockLost) {
+		switch lost := ctx.Err() == nil && errors.Is(context.Cause(wctx), ErrLockLost); {
+		case lost && l.isClosed():
+			err = closedErr(keys[i]) // Close took the locks back
+		case lost:
 			err = lostErr // a lost lock ended the wait, or came with the grant
 		}
 		if err != nil {

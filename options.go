@@ -243,9 +243,14 @@ func WithLimit(n int) LockOption {
 // wakes the waiting writer; an exclusive release wakes every shared waiter
 // queued before the next exclusive one, however many: the release wakes the
 // first 100 and each shared waiter woken, as it takes its hold, wakes the
-// next two (each script stays bounded). The order is exact whatever the
-// number of writers: a shared acquisition is refused while any writer
-// queued before it (or woken and not yet come) waits. A shared holder that died
+// next two (each script stays bounded). A writer that shared holds keep
+// waiting holds an intent at its place in the queue, and the check of the
+// intents is exact whatever their number: a shared acquisition is refused
+// while any such writer queued before it (or woken and not yet come)
+// waits. (A writer that waits for an exclusive holder writes no intent
+// until it finds shared holds: when that holder's TTL runs out, a shared
+// acquisition that tries first is granted, and the writer then waits for
+// it.) A shared holder that died
 // without releasing blocks a writer until its TTL runs out, as a lock's
 // holder does; a writer that shared holds keep waiting claims the key on
 // every attempt (at least every third of its TTL), and one that died or

@@ -171,7 +171,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	// A plain lock of a Locker that never waited sends unlock.lua, which
 	// finds no waiters most of the time (and needs a TTL within the
 	// counter's retention); release.lua otherwise.
-	lean := k.short() && k.ttl <= l.cfg.fenceRetention && !l.waitedBefore()
+	lean := k.short() && ttl <= l.cfg.fenceRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			if lean {
@@ -214,6 +214,9 @@ func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, 
 	n, err := script.IntReply("unlock", v, err)
 	if err != nil || n != script.Other {
 		return n, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // out of time for the second command (see attemptCmd.run)
 	}
 	return l.runRelease(ctx, i, c, nm, token, "", true, false, false)
 }

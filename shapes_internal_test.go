@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -133,4 +135,143 @@ func runScript(t *testing.T, c *redis.Client, s *script.Script, args []any) any 
 		t.Fatal(err)
 	}
 	return v
+}
+
+// sharedRig runs acquire.lua for the shared and exclusive waiters of one
+// key, as the library sends it.
+type sharedRig struct {
+	t  *testing.T
+	c  *redis.Client
+	nm *keys.Names
+}
+
+func (r *sharedRig) attempt(limit, member, pos, queued string) []any {
+	r.t.Helper()
+	a := script.AcquireArgs{Token: "tok-" + member, TTL: "60000", Retention: "60000", Metadata: "", Limit: limit}
+	w := script.Waiter{Member: member, Lease: "180000", Position: pos, Queued: queued, Refresh: "0"}
+	if limit == "1" {
+		return runScript(r.t, r.c, script.Acquire, a.WaiterCommand(r.nm.AcquireKeys(), w)).([]any)
+	}
+	k := script.Waker{InboxPrefix: "dlock:inbox:", Listeners: "1", SlotTag: "", Reserve: "100"}
+	return runScript(r.t, r.c, script.Acquire, a.SharedWaiterCommand(r.nm.AcquireKeys(), w, k)).([]any)
+}
+
+// TestSharedGrantDoesNotWakeItself: a queued shared waiter granted on its
+// own (its timer: the exclusive holder expired) wakes the readers after it,
+// not itself: a reservation for itself would count as a live hold, so that
+// its release, the last hold's, would wake nobody and the writer queued
+// meanwhile would sleep for its wait (20s here) although the key is free.
+// (Found by a review; failed before.)
+func TestSharedGrantDoesNotWakeItself(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	ctx := context.Background()
+	r := &sharedRig{t: t, c: c, nm: keys.Make("dlock:", "self")}
+	ps := c.Subscribe(ctx, "dlock:inbox:R1", "dlock:inbox:R2", "dlock:inbox:W")
+	defer ps.Close()
+	for range 3 {
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Set(ctx, r.nm.Lock(), "x", time.Minute) // an exclusive holder
+	r1 := r.attempt("0", "R1:r1:self", "0", "0")
+	r2 := r.attempt("0", "R2:r1:self", "0", "0")
+	w := r.attempt("1", "W:1:self", "0", "0")
+	c.Del(ctx, r.nm.Lock()) // its TTL ran out: R1 tries on its timer
+	if v := r.attempt("0", "R1:r1:self", r1[2].(string), "1"); v[0] != int64(1) {
+		t.Fatalf("R1: %v, want a grant", v)
+	}
+	if c.ZScore(ctx, r.nm.Lock(), "~R1:r1:self").Err() == nil {
+		t.Errorf("R1's grant reserved a permit for R1 itself: %v", c.ZRangeWithScores(ctx, r.nm.Lock(), 0, -1).Val())
+	}
+	if c.ZScore(ctx, r.nm.Lock(), "~R2:r1:self").Err() != nil {
+		t.Errorf("R1's grant did not wake R2, queued after it: %v", c.ZRangeWithScores(ctx, r.nm.Lock(), 0, -1).Val())
+	}
+	_ = r2
+	// R2 takes its hold; the writer, queued after them, waits with an
+	// intent; the readers release: the last release wakes the writer.
+	if v := r.attempt("0", "R2:r1:self", r2[2].(string), "1"); v[0] != int64(1) {
+		t.Fatalf("R2: %v, want a grant", v)
+	}
+	if v := r.attempt("1", "W:1:self", w[2].(string), "1"); v[0] != int64(0) {
+		t.Fatalf("the writer beside shared holds: %v", v)
+	}
+	for _, m := range []string{"R1:r1:self", "R2:r1:self"} {
+		rel := script.ReleaseArgs{Expected: "tok-" + m, InboxPrefix: "dlock:inbox:", Reserve: "100", Leaving: "",
+			Wake: "1", Metadata: "0", Listeners: "1", Bury: "0", Retention: "60000", SlotTag: ""}
+		runScript(t, c, script.Release, rel.Command(r.nm.ReleaseKeys()))
+	}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-ps.Channel():
+			if m.Payload == "w R1:r1:self" {
+				t.Errorf("R1's grant told R1 itself 'w'")
+			}
+			if m.Payload == "w W:1:self" {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the last shared release did not wake the writer")
+		}
+	}
+}
+
+// TestSharedDeadIntentsPruned: intents whose writers died (16 and more, at
+// the head of the queue) are removed by a shared attempt that does not
+// register too, so that TryAcquire of a free key is granted at its second
+// attempt at the latest. (Found by a review; failed before: refused until
+// the key expired.)
+func TestSharedDeadIntentsPruned(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	ctx := context.Background()
+	nm := keys.Make("dlock:", "dead16")
+	for i := range 16 {
+		m := fmt.Sprintf("W%d:1:dead16", i)
+		c.ZAdd(ctx, nm.Writers(), redis.Z{Score: float64(1000 + i), Member: m})
+		c.HSet(ctx, nm.Leases(), "i:"+m, 1) // ended long ago
+	}
+	l := New(c)
+	defer l.Close()
+	for range 2 {
+		if k, err := l.TryAcquire(ctx, "dead16", WithShared()); err == nil {
+			_ = k.Release(ctx)
+			return
+		} else if !errors.Is(err, ErrNotAcquired) {
+			t.Fatal(err)
+		}
+	}
+	t.Errorf("shared TryAcquire refused twice on a free key with only dead intents (writers left: %d)", c.ZCard(ctx, nm.Writers()).Val())
+}
+
+// TestRegistrationRewritten: a registration written again (a refresh, or
+// a first attempt whose reply was lost, sent again) keeps the waiter's
+// place in the queue.
+func TestRegistrationRewritten(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	ctx := context.Background()
+	nm := keys.Make("dlock:", "again")
+	c.Set(ctx, nm.Lock(), "holder", time.Minute)
+	attempt := func(pos, refresh string) string {
+		t.Helper()
+		a := script.AcquireArgs{Token: "t", TTL: "30000", Retention: "60000", Metadata: "", Limit: "1"}
+		w := script.Waiter{Member: "L:1:again", Lease: "180000", Position: pos, Queued: "1", Refresh: refresh}
+		r := runScript(t, c, script.Acquire, a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
+		if r[0] != int64(0) {
+			t.Fatalf("attempt at a held lock: %v", r)
+		}
+		return r[2].(string)
+	}
+	first := attempt("0", "0")
+	for what, p := range map[string]string{"a refresh": attempt(first, "1"), "a first attempt sent again": attempt("0", "0")} {
+		if score := c.ZScore(ctx, nm.Waiters(), "L:1:again").Val(); p != first || strconv.FormatFloat(score, 'f', -1, 64) != first {
+			t.Errorf("%s: position %s, score %v; want %s", what, p, score, first)
+		}
+	}
 }

@@ -47,7 +47,9 @@
 -- retention running out), and otherwise the larger of the counter + 1 and
 -- the server's time rounded down to the second (in microseconds). An
 -- increment takes a script run of more than a microsecond, so the counter
--- never runs ahead of the server's clock: a counter started again from the
+-- does not run ahead of the server's clock (on a Redlock, a holder that
+-- finds its fence claimed by another raises the counters a few
+-- microseconds further: see the root package's claimFences): a counter started again from the
 -- clock is larger than every fence issued before, as long as the clock has
 -- not stepped back; and a counter that missed its last increments (a
 -- replica promoted after a failover that lost them) is passed by the
@@ -90,7 +92,11 @@
 -- another n) is refused with the error "DLOCKLIMIT HELD ASKED", and nothing
 -- is written.
 -- A waiting set, waiter leases or metadata of another type (keys another
--- program wrote) would make a write fail after others: refuse first.
+-- program wrote) would make a write fail after others: a grant checks the
+-- metadata key first (and the waiting keys when it writes them: a shared
+-- grant that wakes others), and removes its waiter's entries leaving keys
+-- of another type alone; a registration's first write fails, or its second,
+-- which undoes the first.
 --
 -- Shared holds (ARGV[5] "0") are the permits of an unlimited semaphore
 -- whose KEYS[6] is "0". One is granted while the key is free or shared,
@@ -232,17 +238,30 @@ local function register(waiter, pos)
       return false, refusedBuried
     end
     local t = redis.call('TIME')
+    local nx = false
     if pos == '0' then
-      -- Queue position: server time in microseconds at first registration.
+      -- Queue position: server time in microseconds at first registration
+      -- (NX: a registration already there, whose reply was lost, keeps
+      -- its place).
       pos = t[1] .. string.format('%06d', tonumber(t[2]))
+      nx = true
     end
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     -- A waiting set or leases of another type (another program's keys)
     -- fail one of these two writes: the first, or the second, which then
-    -- undoes the first (a member it added), so that nothing is written.
-    local added = redis.pcall('ZADD', KEYS[1], pos, waiter)
+    -- undoes the first (a member it added; one already there it left as
+    -- it was), so that nothing is written.
+    local added
+    if nx then
+      added = redis.pcall('ZADD', KEYS[1], 'NX', pos, waiter)
+    else
+      added = redis.pcall('ZADD', KEYS[1], pos, waiter)
+    end
     if type(added) == 'table' then
       return false, added
+    end
+    if added == 0 and nx then
+      pos = redis.call('ZSCORE', KEYS[1], waiter)
     end
     local leased = redis.pcall('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
     if type(leased) == 'table' then
@@ -260,8 +279,8 @@ local function register(waiter, pos)
 end
 -- intentLife is how long an exclusive waiter's intent lasts after its
 -- attempt: its TTL, at most its registration's lease (ARGV[7]), so that the
--- leases key, which lives a lease after each registration, outlives it;
--- the waiter attempts again within a third of it (see onSet).
+-- leases key, which lives a lease after each registration and intent,
+-- outlives it; the waiter attempts again within a third of it (see onSet).
 local function intentLife()
   return math.min(tonumber(ARGV[2]), tonumber(ARGV[7] or ARGV[2]))
 end
@@ -270,6 +289,7 @@ end
 local function intend(pos)
   redis.call('ZADD', KEYS[8], pos, waiter)
   redis.call('HSET', KEYS[7], 'i:' .. waiter, clock() + intentLife())
+  redis.call('PEXPIRE', KEYS[7], ARGV[7])
   redis.call('PEXPIRE', KEYS[8], ARGV[7])
 end
 -- deadIntents: the dead intents that writerAhead passed, removed by
@@ -281,23 +301,15 @@ local deadIntents = {}
 -- holds"). It writes nothing.
 local function writerAhead(now, mine)
   local ws = redis.call('ZRANGE', KEYS[8], 0, 15, 'WITHSCORES')
-  if #ws == 0 then
-    return false
-  end
-  local fields = {}
-  for i = 1, #ws, 2 do
-    fields[#fields + 1] = 'i:' .. ws[i]
-  end
-  local ends = redis.call('HMGET', KEYS[7], unpack(fields))
-  for j = 1, #fields do
-    local e = tonumber(ends[j] or '0')
+  for j = 1, #ws, 2 do
+    local e = tonumber(redis.call('HGET', KEYS[7], 'i:' .. ws[j]) or '0')
     if e > now then
-      if mine == 0 or tonumber(ws[2 * j]) < mine then
+      if mine == 0 or tonumber(ws[j + 1]) < mine then
         return math.max(e - now, 1)
       end
       return false
     end
-    deadIntents[#deadIntents + 1] = ws[2 * j - 1]
+    deadIntents[#deadIntents + 1] = ws[j]
   end
   if #ws == 32 then
     return 1 -- 16 dead intents: once they are removed, the next ones
@@ -367,8 +379,8 @@ local function busy(pttl, intent)
     if intent then
       intend(pos)
     end
-    pruneIntents()
   end
+  pruneIntents()
   return {0, pttl, pos}
 end
 -- claims reports whether the caller holds a live permit, and whether a live
@@ -459,6 +471,8 @@ if ARGV[5] == '0' then
     -- wake wakes the shared waiters at the head of the queue, two at most,
     -- if no writer is ahead of them, each with a reservation.
     wake = function(now)
+      -- The caller first: it is granted, not woken.
+      redis.call('ZREM', KEYS[1], waiter)
       local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
       if #head == 0 or not reader(head[1]) or writerAhead(now, tonumber(head[2])) then
         return

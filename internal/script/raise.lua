@@ -26,13 +26,17 @@
 -- written by its grant on this node with the node's own fence, is set to
 -- the claimed value, so that Status and Leader report the fence the holder
 -- has. The comparison is on decimal strings (length first), exact for any
--- 64-bit value; a counter that is not a positive integer is an error, and
--- nothing is written then.
+-- 64-bit value; a counter that is not a positive integer, or a value that
+-- is not one below 2^63-1 (which acquire.lua could not increment), is an
+-- error, and nothing is written then.
 local c = redis.call('GET', KEYS[2])
 if c and not string.match(c, '^[1-9]%d*$') then
   return redis.error_reply('dlock: fence counter ' .. KEYS[2] .. ' does not hold a positive integer')
 end
 local want = ARGV[1]
+if not string.match(want, '^[1-9]%d*$') or #want > 19 or (#want == 19 and want >= '9223372036854775807') then
+  return redis.error_reply('dlock: fence ' .. want .. ' is not a positive integer below 2^63-1')
+end
 if not c or #c < #want or (#c == #want and c < want) then
   redis.call('SET', KEYS[2], want, 'PX', ARGV[2])
   if redis.pcall('HEXISTS', KEYS[4], 'f:' .. ARGV[3]) == 1 then

@@ -65,7 +65,8 @@ local function pop(w, clock)
 end
 
 -- wakeReaders wakes the shared waiters at the head of the queue, up to the
--- next writer, at most n of them and at most n dropped on the way, and
+-- next writer, at most n of them, looking at 2n at most (those that do
+-- not hear are dropped on the way), and
 -- appends those that heard of it to woken. A reader woken takes a shared
 -- hold and wakes the readers then at the head (see acquire.lua), so that a
 -- release wakes every shared waiter queued before the next writer, in
