@@ -353,12 +353,22 @@ func (k *Lock) renew() {
 	k.mu.Unlock()
 
 	// A renewal is worth waiting for until the current validity runs out (a
-	// slow but confirmed renewal still keeps the lock); the round decides as
-	// soon as a quorum confirms, so a frozen minority does not slow it.
-	// Close cancels it.
+	// slow but confirmed renewal still keeps the lock), one try of at most
+	// renewTry at a time; the round decides as soon as a quorum confirms,
+	// so a frozen minority does not slow it. Close cancels it.
 	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
 	defer cancel()
-	_ = k.extendRound(ctx, ttl, time.Until(validUntil))
+	_ = k.extendRound(ctx, ttl, min(time.Until(validUntil), l.renewTry(ttl)))
+}
+
+// renewTry bounds one try of a renewal of a lock with this TTL: a sixth of
+// the TTL, at least the node timeout. A renewal that fails is tried again
+// within the node timeout (see settleRound) until the validity runs out:
+// a try bounded by the whole validity would wait on a node that froze
+// (its connection open and silent) for all of it, while a Cluster promotes
+// its replica, where the next try goes.
+func (l *Locker) renewTry(ttl time.Duration) time.Duration {
+	return max(ttl/6, l.nodeTimeout(ttl))
 }
 
 // untilLost is how long until the lost-lock signal is due (arm's instant

@@ -346,7 +346,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 	}
 	ctx, cancel := context.WithDeadline(l.renewCtx, deadline)
 	defer cancel()
-	timeout := time.Until(deadline)
+	timeout := min(time.Until(deadline), l.renewTry(items[0].ttl)) // see renewTry
 	start := time.Now()
 	cmd := call.Command()
 	n := len(l.nodes)

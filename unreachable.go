@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
@@ -47,11 +48,35 @@ func (l *Locker) noteNodes(ctx context.Context, key string, k *Lock, res *attemp
 			node = n
 		}
 	}
+	cause := ne.Err
+	if errors.Is(cause, context.DeadlineExceeded) {
+		cause = probe(node.Addr, cause)
+	}
 	slog.Default().LogAttrs(ctx, slog.LevelWarn,
 		"dlock: Acquire is waiting for Redis, which does not answer; it tries again until its context ends (give it a deadline to get the error instead); logged once",
-		slog.String("key", key), slog.String("node", ne.Addr), slog.Any("error", ne.Err),
-		slog.String("fix", unreachableFix(node, ne.Err)))
+		slog.String("key", key), slog.String("node", ne.Addr), slog.Any("error", cause),
+		slog.String("fix", unreachableFix(node, cause)))
 }
+
+// probe tells why a node gave no answer in time, when a dial says more
+// than the deadline (newer go-redis clients retry a refused dial until the
+// call's deadline, so that the call ends with the deadline alone): a TCP
+// dial of addr, bounded, whose error is returned if it has one; else err.
+// Once per outage (see noteNodes).
+func probe(addr string, err error) error {
+	if _, _, splitErr := net.SplitHostPort(addr); splitErr != nil {
+		return err // not a TCP address (a Unix socket)
+	}
+	c, dialErr := net.DialTimeout("tcp", addr, probeTimeout)
+	if dialErr != nil {
+		return dialErr
+	}
+	_ = c.Close()
+	return err
+}
+
+// probeTimeout bounds probe's dial.
+const probeTimeout = 500 * time.Millisecond
 
 // unreachableFix says what to check when node fails with err, an error
 // that waiting may fix (see permanent).
