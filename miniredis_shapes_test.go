@@ -28,7 +28,9 @@ func featureShared(ctx context.Context, e *featureEnv) error {
 	writer := e.newLocker(e.newClient())
 	wrote := make(chan error, 1)
 	go func() { wrote <- writer.Do(ctx, "rw", func(context.Context) error { return nil }) }()
-	time.Sleep(200 * time.Millisecond) // the writer waits
+	if err := statusUntil(ctx, e.locker, "rw", func(s dlock.Status) bool { return s.Writers >= 1 }); err != nil {
+		return err
+	}
 	if _, err := e.locker.TryAcquire(ctx, "rw", dlock.WithShared()); !errors.Is(err, dlock.ErrNotAcquired) {
 		return fmt.Errorf("a reader while a writer waits: %v, want ErrNotAcquired", err)
 	}
@@ -140,7 +142,9 @@ func featureStatus(ctx context.Context, e *featureEnv) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _, _ = waiter.Acquire(wctx, "status") }()
-	time.Sleep(200 * time.Millisecond)
+	if err := waiting(ctx, e.locker, "status", 1); err != nil {
+		return err
+	}
 	s, err := e.locker.Status(ctx, "status")
 	if err != nil {
 		return err
@@ -194,7 +198,9 @@ func featureClose(ctx context.Context, e *featureEnv) error {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if err := waiting(ctx, e.locker, "close", 1); err != nil {
+		return err
+	}
 	if err := closing.Close(); err != nil {
 		return err
 	}
@@ -217,7 +223,7 @@ func featureRedlock(ctx context.Context, e *featureEnv) error {
 		return err
 	}
 	defer l.Close()
-	k, err := l.Acquire(ctx, "redlock", dlock.WithTTL(300*time.Millisecond))
+	k, err := l.Acquire(ctx, "redlock", dlock.WithTTL(600*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -227,7 +233,7 @@ func featureRedlock(ctx context.Context, e *featureEnv) error {
 	select {
 	case <-k.Lost():
 		return errors.New("lost while renewed")
-	case <-time.After(500 * time.Millisecond):
+	case <-time.After(time.Second):
 	}
 	return k.Release(ctx)
 }
@@ -286,7 +292,9 @@ func featureClusterClient(ctx context.Context, e *featureEnv) error {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if err := waiting(ctx, lockers[0], "cluster", 1); err != nil {
+		return err
+	}
 	if err := k.Release(ctx); err != nil {
 		return err
 	}

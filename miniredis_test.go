@@ -102,6 +102,30 @@ func (e *featureEnv) crashedHolder(take func(l *dlock.Locker) error) error {
 	return err
 }
 
+// waiting waits until n processes wait for key (l's Status), so that what
+// follows tests a wake-up, not a free lock.
+func waiting(ctx context.Context, l *dlock.Locker, key string, n int64) error {
+	return statusUntil(ctx, l, key, func(s dlock.Status) bool { return s.Waiters >= n })
+}
+
+// statusUntil waits until l's Status of key satisfies cond, for at most 5s.
+func statusUntil(ctx context.Context, l *dlock.Locker, key string, cond func(dlock.Status) bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := l.Status(ctx, key)
+		if err != nil {
+			return err
+		}
+		if cond(s) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("Status of %q after 5s: %+v", key, s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 type miniredisFeature struct {
 	name string
 	// fails is "" for a feature that works on miniredis v2.40.0 with
@@ -188,7 +212,9 @@ func featureWokenWaiter(ctx context.Context, e *featureEnv) error {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the waiter registers
+	if err := waiting(ctx, e.locker, "wake", 1); err != nil {
+		return err
+	}
 	if err := k.Release(ctx); err != nil {
 		return err
 	}
@@ -247,10 +273,10 @@ func featureExtend(ctx context.Context, e *featureEnv) error {
 	return nil
 }
 
-// featureRenewal: a lock with a 300ms TTL held for a second is renewed
-// (every 100ms) and never lost.
+// featureRenewal: a lock with a 600ms TTL held for 1.5s is renewed
+// (every 200ms) and never lost.
 func featureRenewal(ctx context.Context, e *featureEnv) error {
-	k, err := e.locker.Acquire(ctx, "renew", dlock.WithTTL(300*time.Millisecond))
+	k, err := e.locker.Acquire(ctx, "renew", dlock.WithTTL(600*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -259,10 +285,10 @@ func featureRenewal(ctx context.Context, e *featureEnv) error {
 	select {
 	case <-k.Lost():
 		return errors.New("lost while renewed")
-	case <-time.After(time.Second):
+	case <-time.After(1500 * time.Millisecond):
 	}
-	if !k.ValidUntil().After(before.Add(500 * time.Millisecond)) {
-		return fmt.Errorf("ValidUntil moved by %v in 1s", k.ValidUntil().Sub(before))
+	if !k.ValidUntil().After(before.Add(700 * time.Millisecond)) {
+		return fmt.Errorf("ValidUntil moved by %v in 1.5s", k.ValidUntil().Sub(before))
 	}
 	return nil
 }
@@ -354,7 +380,9 @@ func featureSemaphore(ctx context.Context, e *featureEnv) error {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if err := waiting(ctx, e.locker, "sem", 1); err != nil {
+		return err
+	}
 	if err := a.Release(ctx); err != nil {
 		return err
 	}
