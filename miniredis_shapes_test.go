@@ -25,9 +25,7 @@ func featureShared(ctx context.Context, e *featureEnv) error {
 	if err != nil {
 		return err
 	}
-	writer := e.newLocker(e.newClient())
-	wrote := make(chan error, 1)
-	go func() { wrote <- writer.Do(ctx, "rw", func(context.Context) error { return nil }) }()
+	wrote := later(acquireRelease(ctx, e.newLocker(e.newClient()), "rw")) // the writer
 	if err := statusUntil(ctx, e.locker, "rw", func(s dlock.Status) bool { return s.Writers >= 1 }); err != nil {
 		return err
 	}
@@ -40,12 +38,7 @@ func featureShared(ctx context.Context, e *featureEnv) error {
 	if err := r2.Release(ctx); err != nil {
 		return err
 	}
-	select {
-	case err := <-wrote:
-		return err
-	case <-time.After(2 * time.Second):
-		return errors.New("the writer was not woken within 2s of the last reader's release")
-	}
+	return woken(wrote, "the last reader's release")
 }
 
 // featureAcquireAll: two AcquireAll calls naming the keys in opposite
@@ -190,26 +183,14 @@ func featureClose(ctx context.Context, e *featureEnv) error {
 	if _, err := closing.Acquire(ctx, "close"); err != nil {
 		return err
 	}
-	got := make(chan error, 1)
-	go func() {
-		k, err := e.locker.Acquire(ctx, "close")
-		if err == nil {
-			err = k.Release(ctx)
-		}
-		got <- err
-	}()
+	got := later(acquireRelease(ctx, e.locker, "close"))
 	if err := waiting(ctx, e.locker, "close", 1); err != nil {
 		return err
 	}
 	if err := closing.Close(); err != nil {
 		return err
 	}
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(2 * time.Second):
-		return errors.New("the waiter was not woken within 2s of the holder's Close")
-	}
+	return woken(got, "the holder's Close")
 }
 
 // featureRedlock: a Redlock over three servers of the same kind.
@@ -284,26 +265,14 @@ func featureClusterClient(ctx context.Context, e *featureEnv) error {
 	if err != nil {
 		return err
 	}
-	got := make(chan error, 1)
-	go func() {
-		w, err := lockers[1].Acquire(ctx, "cluster")
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		got <- err
-	}()
+	got := later(acquireRelease(ctx, lockers[1], "cluster"))
 	if err := waiting(ctx, lockers[0], "cluster", 1); err != nil {
 		return err
 	}
 	if err := k.Release(ctx); err != nil {
 		return err
 	}
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(2 * time.Second):
-		return errors.New("the waiter was not woken within 2s of the release")
-	}
+	return woken(got, "the release")
 }
 
 func featureFenced(ctx context.Context, e *featureEnv) error {

@@ -126,6 +126,37 @@ func statusUntil(ctx context.Context, l *dlock.Locker, key string, cond func(dlo
 	}
 }
 
+// later runs f on a goroutine of its own, and returns where its error
+// comes.
+func later(f func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- f() }()
+	return c
+}
+
+// acquireRelease returns an Acquire of key with l (which waits), then the
+// Release of what it took.
+func acquireRelease(ctx context.Context, l *dlock.Locker, key string, opts ...dlock.LockOption) func() error {
+	return func() error {
+		k, err := l.Acquire(ctx, key, opts...)
+		if err != nil {
+			return err
+		}
+		return k.Release(ctx)
+	}
+}
+
+// woken returns what a waiter started with later ended with, or an error
+// if that took more than 2s since what.
+func woken(got <-chan error, what string) error {
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(2 * time.Second):
+		return fmt.Errorf("the waiter was not woken within 2s of %s", what)
+	}
+}
+
 type miniredisFeature struct {
 	name string
 	// fails is "" for a feature that works on miniredis v2.40.0 with
@@ -203,27 +234,14 @@ func featureWokenWaiter(ctx context.Context, e *featureEnv) error {
 	if err != nil {
 		return err
 	}
-	other := e.newLocker(e.newClient())
-	got := make(chan error, 1)
-	go func() {
-		w, err := other.Acquire(ctx, "wake")
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		got <- err
-	}()
+	got := later(acquireRelease(ctx, e.newLocker(e.newClient()), "wake"))
 	if err := waiting(ctx, e.locker, "wake", 1); err != nil {
 		return err
 	}
 	if err := k.Release(ctx); err != nil {
 		return err
 	}
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(2 * time.Second):
-		return errors.New("the waiter was not woken within 2s of the release")
-	}
+	return woken(got, "the release")
 }
 
 func featureWaitDeadline(ctx context.Context, e *featureEnv) error {
@@ -372,26 +390,14 @@ func featureSemaphore(ctx context.Context, e *featureEnv) error {
 	if _, err := e.locker.TryAcquire(ctx, "sem", dlock.WithLimit(2)); !errors.Is(err, dlock.ErrNotAcquired) {
 		return fmt.Errorf("a third permit of 2: %v, want ErrNotAcquired", err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		c, err := e.newLocker(e.newClient()).Acquire(ctx, "sem", dlock.WithLimit(2))
-		if err == nil {
-			err = c.Release(ctx)
-		}
-		got <- err
-	}()
+	got := later(acquireRelease(ctx, e.newLocker(e.newClient()), "sem", dlock.WithLimit(2)))
 	if err := waiting(ctx, e.locker, "sem", 1); err != nil {
 		return err
 	}
 	if err := a.Release(ctx); err != nil {
 		return err
 	}
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(2 * time.Second):
-		return errors.New("the waiting third holder was not woken within 2s of a release")
-	}
+	return woken(got, "a release")
 }
 
 func featureLimitMismatch(ctx context.Context, e *featureEnv) error {
