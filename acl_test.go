@@ -20,10 +20,10 @@ import (
 )
 
 // aclPlainCommands are the commands that dlock sends itself, outside its
-// scripts (whose commands TestACLFromREADME reads from the .lua files), each
+// scripts (whose commands TestACLFromDocs reads from the .lua files), each
 // with what sends it: found by grepping the Go code (the root package,
 // fenced/, internal/quorum, cmd/dlock) for go-redis calls and hand-built
-// commands. TestACLFromREADME checks that the README's ACL line grants each
+// commands. TestACLFromDocs checks that the ACL line of docs/operations.md grants each
 // of them and nothing else; TestACLEveryFeature checks that everything the
 // features send through the clients is on this list.
 var aclPlainCommands = map[string]string{
@@ -47,7 +47,7 @@ var aclPlainCommands = map[string]string{
 	"command":       "a Cluster on go-redis v9.23 (go.redis-latest.mod): the ClusterClient reads the commands' routing information; refused, it logs the refusal at every command",
 }
 
-// aclPatterns are the key and channel patterns that the README's ACL line
+// aclPatterns are the key and channel patterns that the ACL line of docs/operations.md
 // needs (for the default prefixes), and what for.
 var aclPatterns = map[string]string{
 	"~" + dlock.DefaultPrefix + "*":        "the locks' keys",
@@ -64,25 +64,25 @@ var aclPatterns = map[string]string{
 // maintenance notifications, and does without them when refused).
 var aclExempt = map[string]bool{"hello": true, "auth": true, "client|setinfo": true, "client|maint_notifications": true}
 
-// readmeACL returns the README's ACL SETUSER line (in dir, the module's
-// root), with pw as the password.
-func readmeACL(t testing.TB, dir, pw string) string {
+// aclLine returns the ACL SETUSER line of docs/operations.md (dir is the
+// module's root), with pw as the password.
+func aclLine(t testing.TB, dir, pw string) string {
 	t.Helper()
-	readme, err := os.ReadFile(dir + "/README.md")
+	doc, err := os.ReadFile(dir + "/docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var line string
-	for _, l := range strings.Split(string(readme), "\n") {
+	for _, l := range strings.Split(string(doc), "\n") {
 		if strings.HasPrefix(l, "ACL SETUSER dlock ") {
 			if line != "" {
-				t.Fatal("two ACL SETUSER dlock lines in README.md")
+				t.Fatal("two ACL SETUSER dlock lines in docs/operations.md")
 			}
 			line = l
 		}
 	}
 	if line == "" || !strings.Contains(line, ">PASSWORD ") {
-		t.Fatalf("no ACL SETUSER line with >PASSWORD in README.md: %q", line)
+		t.Fatalf("no ACL SETUSER line with >PASSWORD in docs/operations.md: %q", line)
 	}
 	return strings.Replace(line, ">PASSWORD ", ">"+pw+" ", 1)
 }
@@ -218,7 +218,7 @@ func (r *aclRecorder) check(t *testing.T, granted map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.refused {
-		t.Errorf("refused to the README's user: %s", s)
+		t.Errorf("refused to the ACL user of docs/operations.md: %s", s)
 	}
 	var sent []string
 	for n := range r.sent {
@@ -227,10 +227,10 @@ func (r *aclRecorder) check(t *testing.T, granted map[string]bool) {
 			continue
 		}
 		if _, listed := aclPlainCommands[n]; !listed {
-			t.Errorf("dlock sent %s, which is not on aclPlainCommands: add it there, with what sends it, and to the README's ACL line", n)
+			t.Errorf("dlock sent %s, which is not on aclPlainCommands: add it there, with what sends it, and to the ACL line of docs/operations.md", n)
 		}
 		if cmd, _, _ := strings.Cut(n, "|"); !granted[n] && !granted[cmd] {
-			t.Errorf("dlock sent %s, which the README's ACL line does not grant", n)
+			t.Errorf("dlock sent %s, which the ACL line of docs/operations.md does not grant", n)
 		}
 	}
 	slices.Sort(sent)
@@ -268,7 +268,7 @@ func (h *aclEvents) check(t *testing.T) {
 func aclOK(t *testing.T, what string, err error) bool {
 	t.Helper()
 	if refusedByACL(err) {
-		t.Errorf("%s as the README's ACL user: refused: %v", what, err)
+		t.Errorf("%s as the ACL user of docs/operations.md: refused: %v", what, err)
 	} else if err != nil {
 		t.Errorf("%s: %v", what, err)
 	}
@@ -284,7 +284,7 @@ func aclNoErr(t *testing.T, what string, err error) {
 }
 
 // TestACLEveryFeature runs every feature of the library as a user made with
-// exactly the README's ACL line: locks, waiting, TryAcquire on a busy lock,
+// exactly the ACL line of docs/operations.md: locks, waiting, TryAcquire on a busy lock,
 // metadata, Extend, renewals, Lost, Do, semaphores, Status, ForceRelease
 // (of a lock and of a semaphore), leader election with an observer and a
 // second candidate, WithReplicaAck, fenced writes and reads, a database
@@ -294,7 +294,7 @@ func aclNoErr(t *testing.T, what string, err error) {
 // cmd/dlock's TestACLCLI.
 func TestACLEveryFeature(t *testing.T) {
 	const pw = "acl-every-feature"
-	line := readmeACL(t, ".", pw)
+	line := aclLine(t, ".", pw)
 	granted := aclGranted(t, line)
 	rec, events := newACLRecorder(), &aclEvents{}
 	user := func(t *testing.T, addr string, db int) *redis.Client {

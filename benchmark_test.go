@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 )
 
 // BenchmarkAcquireRelease measures one uncontended Acquire+Release on one
@@ -16,13 +17,18 @@ import (
 // clients built with ContextTimeoutEnabled (-ctx): run with -benchmem for
 // allocs/op and B/op (bench/ compares them with the peers).
 func BenchmarkAcquireRelease(b *testing.B) {
+	one := dlocktest.Start(b).Addr()
+	var redlock []string
+	for _, s := range dlocktest.StartN(b, 5) {
+		redlock = append(redlock, s.Addr())
+	}
 	for _, ctxTimeout := range []bool{false, true} {
 		suffix := ""
 		if ctxTimeout {
 			suffix = "-ctx"
 		}
 		b.Run("single"+suffix, func(b *testing.B) {
-			c := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: ctxTimeout})
+			c := redis.NewClient(&redis.Options{Addr: one, ContextTimeoutEnabled: ctxTimeout})
 			defer c.Close()
 			l := dlock.New(c)
 			defer l.Close()
@@ -30,7 +36,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 		b.Run("redlock5"+suffix, func(b *testing.B) {
 			var clients []redis.UniversalClient
-			for _, a := range redlockAddrs {
+			for _, a := range redlock {
 				c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: ctxTimeout})
 				defer c.Close()
 				clients = append(clients, c)
@@ -91,8 +97,9 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 	if raceEnabled {
 		limit += 4
 	}
+	one := dlocktest.Start(t).Addr()
 	for _, ctxTimeout := range []bool{false, true} {
-		c := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: ctxTimeout})
+		c := redis.NewClient(&redis.Options{Addr: one, ContextTimeoutEnabled: ctxTimeout})
 		l := dlock.New(c)
 		r := testing.Benchmark(func(b *testing.B) { benchAcquireRelease(b, l) })
 		_ = l.Close()
@@ -112,7 +119,7 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 	}
 	// What a hook costs (reported, not checked): the events themselves,
 	// without the hook's own work.
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c := redis.NewClient(&redis.Options{Addr: one})
 	defer c.Close()
 	l := dlock.New(c, dlock.WithHook(nopHook{}))
 	defer l.Close()
@@ -128,7 +135,7 @@ func (nopHook) Event(context.Context, dlock.Event)                  {}
 // BenchmarkAcquireReleaseParallel is BenchmarkAcquireRelease's single case
 // from 64 goroutines, each on its own key.
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c := dlocktest.Start(b).Client()
 	defer c.Close()
 	l := dlock.New(c)
 	defer l.Close()
@@ -136,6 +143,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	var n atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 CPUs
 	b.ReportAllocs()
+	b.ResetTimer() // the server's start out of the measure
 	b.RunParallel(func(pb *testing.PB) {
 		key := fmt.Sprintf("bench-parallel-%d", n.Add(1))
 		for pb.Next() {

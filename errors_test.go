@@ -252,14 +252,14 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
-// TestACLFromREADME: the README's ACL line grants what dlock sends, and
+// TestACLFromDocs: the ACL line of docs/operations.md grants what dlock sends, and
 // nothing else: every command that a script calls (scripts/ and fenced/),
 // and every command that dlock sends itself (aclPlainCommands, in
 // acl_test.go, which TestACLEveryFeature checks against what the features
 // send), on dlock's keys and channels and fenced's keys; and a user made
 // with it can do what dlock does (every feature: TestACLEveryFeature).
-func TestACLFromREADME(t *testing.T) {
-	line := readmeACL(t, ".", "acl-test-pw")
+func TestACLFromDocs(t *testing.T) {
+	line := aclLine(t, ".", "acl-test-pw")
 	granted := aclGranted(t, line)
 	needed := map[string]string{} // each command needed, and what needs it
 	for c, why := range aclPlainCommands {
@@ -284,23 +284,23 @@ func TestACLFromREADME(t *testing.T) {
 			c := strings.ToLower(m[2])
 			needed[c] = p
 			if !granted[c] {
-				t.Errorf("%s calls %s, which the README's ACL line does not grant", p, m[2])
+				t.Errorf("%s calls %s, which the ACL line of docs/operations.md does not grant", p, m[2])
 			}
 		}
 	}
 	for c, why := range aclPlainCommands {
 		if !granted[c] {
-			t.Errorf("dlock sends %s (%s), which the README's ACL line does not grant", c, why)
+			t.Errorf("dlock sends %s (%s), which the ACL line of docs/operations.md does not grant", c, why)
 		}
 	}
 	for c := range granted {
 		if _, ok := needed[c]; !ok {
-			t.Errorf("the README's ACL line grants %s, which dlock does not send (or add it, with what sends it, to aclPlainCommands)", c)
+			t.Errorf("the ACL line of docs/operations.md grants %s, which dlock does not send (or add it, with what sends it, to aclPlainCommands)", c)
 		}
 	}
 	for p, why := range aclPatterns {
 		if !strings.Contains(" "+line+" ", " "+p+" ") {
-			t.Errorf("the README's ACL line does not have %s (%s)", p, why)
+			t.Errorf("the ACL line of docs/operations.md does not have %s (%s)", p, why)
 		}
 	}
 
@@ -367,10 +367,10 @@ func TestACLFromREADME(t *testing.T) {
 	}
 }
 
-// TestRefusedWithoutRetries backs the README: a client that does not retry
-// (MaxRetries: -1) reports a Redis that refuses connections as refused, on
-// every go-redis version (v9.23 retries the dial, but not past its own
-// attempts), not as a deadline.
+// TestRefusedWithoutRetries backs docs/operations.md (Supported versions):
+// a client that does not retry (MaxRetries: -1) reports a Redis that
+// refuses connections as refused, on every go-redis version (v9.23
+// retries the dial, but not past its own attempts), not as a deadline.
 func TestRefusedWithoutRetries(t *testing.T) {
 	dead := dlocktest.Start(t)
 	addr := dead.Addr()

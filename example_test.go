@@ -13,7 +13,7 @@ import (
 )
 
 func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -31,9 +31,9 @@ func ExampleNew() {
 }
 
 func ExampleNewRedlock() {
-	// Five independent masters; a lock needs three of them.
+	// Three independent masters; a lock needs two of them.
 	var clients []redis.UniversalClient
-	for _, addr := range redlockAddrs {
+	for _, addr := range []string{"127.0.0.1:6380", "127.0.0.1:6381", "127.0.0.1:6382"} {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		defer c.Close()
 		clients = append(clients, c)
@@ -52,11 +52,11 @@ func ExampleNewRedlock() {
 	}
 	defer lock.Release(context.Background())
 	fmt.Println("holding", lock.Key(), "on a quorum of", len(clients))
-	// Output: holding example:redlock on a quorum of 5
+	// Output: holding example:redlock on a quorum of 3
 }
 
 func ExampleLocker_Acquire() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -91,7 +91,7 @@ func ExampleLocker_Acquire() {
 }
 
 func ExampleLocker_TryAcquire() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -110,7 +110,7 @@ func ExampleLocker_TryAcquire() {
 }
 
 func ExampleLocker_Do() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -130,7 +130,7 @@ func ExampleLocker_Do() {
 }
 
 func ExampleLock_Fence() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -145,10 +145,12 @@ func ExampleLock_Fence() {
 	// Output: true
 }
 
-// The three ways an acquisition fails, each on its own class: the lock is
-// busy, Redis cannot be reached, or Redis refuses the commands.
-func ExampleErrMisconfigured() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+// The three ways an acquisition fails, each a class of its own to check
+// with errors.Is: the lock is busy (ErrNotAcquired), Redis refuses the
+// commands for good (ErrMisconfigured), or too few Redis nodes answered
+// (ErrUnavailable).
+func ExampleLocker_Acquire_errors() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -195,7 +197,7 @@ func ExampleErrMisconfigured() {
 // storage as a fence, and resigns; an observer sees the leadership come and
 // go.
 func ExampleLocker_Campaign() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -244,7 +246,7 @@ func ExampleLocker_Campaign() {
 // ExampleWithLimit: at most two exports at once; each holder has a permit,
 // a *Lock of its own.
 func ExampleWithLimit() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -287,7 +289,7 @@ func (printHook) Event(_ context.Context, e dlock.Event) {
 }
 
 func ExampleWithHook() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client, dlock.WithHook(printHook{}))
 	defer locker.Close()
@@ -305,7 +307,7 @@ func ExampleWithHook() {
 }
 
 func ExampleWithLogger() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	// Lost locks, failing nodes and a refused subscription at Warn and
 	// Error; acquisitions and releases at Debug.
@@ -320,7 +322,7 @@ func ExampleWithLogger() {
 }
 
 func ExampleLockFromContext() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -341,7 +343,7 @@ func ExampleLockFromContext() {
 }
 
 func ExampleWithShared() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -384,7 +386,7 @@ func ExampleWithShared() {
 }
 
 func ExampleLocker_AcquireAll() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()

@@ -179,8 +179,10 @@ func (k *Lock) endLost() {
 	k.lostCh = closedCh
 }
 
-// TTL returns the lock's TTL: WithTTL's (DefaultTTL without it), or the
-// last one an Extend confirmed; auto-renewals use it.
+// TTL returns the lock's configured TTL, not the time it has left (unlike
+// bsm/redislock's TTL): for that, see [Lock.ValidUntil]. It is WithTTL's
+// (DefaultTTL without it), or the last one an Extend confirmed; each
+// renewal sets the key's expiry to it again.
 func (k *Lock) TTL() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -12,26 +12,13 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
-// redisAddr is the address of the redis-server that the examples use. TestMain
-// starts one on a free loopback port.
-var redisAddr = "127.0.0.1:6379"
-
-// redlockAddrs are the addresses of the five independent masters the Redlock
-// example uses.
-var redlockAddrs []string
-
 func TestMain(m *testing.M) {
 	if os.Getenv("DLOCK_HISTORY_WORKER") == "1" {
 		os.Exit(historyWorker()) // a worker process of TestHistory
 	}
-	// One Redis for the Examples, five independent masters for the Redlock
-	// one.
-	os.Exit(dlocktest.Main(m, 6, func(s []*dlocktest.Server) {
-		redisAddr = s[0].Addr()
-		for _, rs := range s[1:] {
-			redlockAddrs = append(redlockAddrs, rs.Addr())
-		}
-	}))
+	// The Examples' Redis, and the three independent masters of the
+	// Redlock one, at the addresses they name.
+	os.Exit(dlocktest.MainAt(m, "127.0.0.1:6379", "127.0.0.1:6380", "127.0.0.1:6381", "127.0.0.1:6382"))
 }
 
 // single starts a redis-server for the test and returns a Locker on it.

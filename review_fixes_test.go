@@ -25,7 +25,7 @@ func runLine(t *testing.T, c *redis.Client, line string) {
 	}
 }
 
-// TestReplicaAckWaitRefused: a user made with the README's ACL line less +wait
+// TestReplicaAckWaitRefused: a user made with the ACL line of docs/operations.md less +wait
 // with WithReplicaAck(1). WAIT is refused with NOPERM, a permanent error:
 // the acquisition should be ErrMisconfigured, returned at once.
 func TestReplicaAckWaitRefused(t *testing.T) {

@@ -221,9 +221,9 @@ func TestShardedFallback(t *testing.T) {
 	t.Parallel()
 	cl := dlocktest.StartCluster(t, 1)
 	const pw = "sharded-fallback"
-	line := strings.Replace(readmeACL(t, ".", pw), " +spublish +ssubscribe", "", 1)
+	line := strings.Replace(aclLine(t, ".", pw), " +spublish +ssubscribe", "", 1)
 	if strings.Contains(line, "ssubscribe") {
-		t.Fatalf("the README's line has no \" +spublish +ssubscribe\" to take out: %s", line)
+		t.Fatalf("the ACL line of docs/operations.md has no \" +spublish +ssubscribe\" to take out: %s", line)
 	}
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
@@ -293,7 +293,7 @@ func TestShardedFallbackAfterConfirmed(t *testing.T) {
 	t.Parallel()
 	cl := dlocktest.StartCluster(t, 2)
 	const pw = "sharded-fallback-later"
-	line := readmeACL(t, ".", pw)
+	line := aclLine(t, ".", pw)
 	old := strings.Replace(line, " +spublish +ssubscribe", "", 1)
 	a, b := cl.Servers[0].Client(), cl.Servers[1].Client()
 	defer a.Close()
@@ -338,7 +338,7 @@ func TestShardedRefusedReconnect(t *testing.T) {
 	const pw = "sharded-reconnect"
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
-	runLine(t, admin, readmeACL(t, ".", pw))
+	runLine(t, admin, aclLine(t, ".", pw))
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "dlock", Password: pw})
 	defer cc.Close()
 	holder, waiter := newLocker(t, cl.Client()), newLocker(t, cc)
@@ -545,10 +545,10 @@ func TestShardedReleaserWithoutSPUBLISH(t *testing.T) {
 	t.Parallel()
 	cl := dlocktest.StartCluster(t, 1)
 	const pw = "no-spublish"
-	line := readmeACL(t, ".", pw)
+	line := aclLine(t, ".", pw)
 	old := strings.Replace(strings.Replace(line, " +spublish", "", 1), "SETUSER dlock ", "SETUSER old ", 1)
 	if old == line {
-		t.Fatalf("the README's line has no \" +spublish\" to take out: %s", line)
+		t.Fatalf("the ACL line of docs/operations.md has no \" +spublish\" to take out: %s", line)
 	}
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
@@ -578,7 +578,7 @@ func TestShardedEarlierRefused(t *testing.T) {
 	t.Parallel()
 	cl := dlocktest.StartCluster(t, 1)
 	const pw = "no-subscribe"
-	line := strings.Replace(readmeACL(t, ".", pw), " +subscribe", "", 1)
+	line := strings.Replace(aclLine(t, ".", pw), " +subscribe", "", 1)
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
 	runLine(t, admin, line)
@@ -603,7 +603,7 @@ func TestShardedEarlierRefused(t *testing.T) {
 }
 
 // TestReleaseWithoutChannel: a holder whose user may not publish on the
-// waiters' channels (the README: without the channel a user can
+// waiters' channels (docs/operations.md: without the channel a user can
 // TryAcquire) releases a key that another user's waiter waits for. The
 // release is whole and returns nil (a refused PUBLISH, after the script
 // has written, must not fail it half-way); the waiter, told by nobody,
@@ -614,7 +614,7 @@ func TestReleaseWithoutChannel(t *testing.T) {
 	admin := s.Client()
 	defer admin.Close()
 	const pw = "no-channel"
-	line := readmeACL(t, ".", pw)
+	line := aclLine(t, ".", pw)
 	runLine(t, admin, line)
 	runLine(t, admin, strings.Replace(strings.Replace(line, " &dlock:inbox:*", "", 1), "SETUSER dlock ", "SETUSER nochan ", 1))
 	hc := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "nochan", Password: pw})

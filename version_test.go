@@ -11,7 +11,8 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
-// TestScriptCommandsSinceMinimum backs the README's minimum Redis version:
+// TestScriptCommandsSinceMinimum backs the minimum Redis version that the
+// README and docs/operations.md give:
 // every command that a Lua script of dlock calls (fenced/ included), and
 // every option token it passes (NX, PX, WITHSCORES, LIMIT...), exists since
 // dlock.MinRedisVersion at the latest, as the running server's COMMAND DOCS

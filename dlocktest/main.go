@@ -9,12 +9,13 @@ import (
 )
 
 // Main runs the tests of m with n redis-servers started on free loopback
-// ports for the package's Examples (which get no *testing.T to start their
-// own), and then, if they passed, checks that no goroutine was left
-// running. It stops the servers and returns the exit code. Use it as
+// ports for the package's tests (the servers of tests that need no
+// *testing.T), and then, if they passed, checks that no goroutine was left
+// running. It stops the servers and returns the exit code. Examples that
+// users copy name their Redis literally: see [MainAt] for them. Use it as
 // TestMain:
 //
-//	var redisAddr string // the Examples' Redis
+//	var redisAddr string // the tests' Redis
 //
 //	func TestMain(m *testing.M) {
 //		os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
@@ -39,11 +40,19 @@ func Main(m *testing.M, n int, started func([]*Server)) int {
 	if started != nil {
 		started(servers)
 	}
+	return runChecked(m, func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		servers = nil
+	})
+}
+
+// runChecked runs the tests of m, then stop, and then, if they passed,
+// checks that no goroutine was left running; it returns the exit code.
+func runChecked(m *testing.M, stop func()) int {
 	code := m.Run()
-	for _, s := range servers {
-		_ = s.Close()
-	}
-	servers = nil
+	stop()
 	if code == 0 {
 		// go-redis keeps retrying a failed dial on a goroutine of its own
 		// for up to a second after the client is closed; and newer

@@ -13,7 +13,7 @@ import (
 )
 
 func ExampleStore_Set() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -48,7 +48,7 @@ func ExampleStore_Set() {
 }
 
 func ExampleStore_Claim() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()

@@ -12,12 +12,9 @@ import (
 	"github.com/dlock-dev/dlock/fenced"
 )
 
-// redisAddr is the address of the redis-server that the examples use.
-// TestMain starts one on a free loopback port.
-var redisAddr = "127.0.0.1:6379"
-
 func TestMain(m *testing.M) {
-	os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
+	// The Examples' Redis, at the address they name.
+	os.Exit(dlocktest.MainAt(m, "127.0.0.1:6379"))
 }
 
 // newStore starts a redis-server for the test and returns a Store on it and

@@ -13,24 +13,24 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 )
 
-// aclReadmeLine returns the README's ACL SETUSER line with pw as the
+// aclLine returns the ACL SETUSER line of docs/operations.md with pw as the
 // password.
-func aclReadmeLine(t *testing.T, pw string) string {
+func aclLine(t *testing.T, pw string) string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(readme), "\n") {
+	for _, l := range strings.Split(string(doc), "\n") {
 		if strings.HasPrefix(l, "ACL SETUSER dlock ") && strings.Contains(l, ">PASSWORD ") {
 			return strings.Replace(l, ">PASSWORD ", ">"+pw+" ", 1)
 		}
 	}
-	t.Fatal("no ACL SETUSER line with >PASSWORD in README.md")
+	t.Fatal("no ACL SETUSER line with >PASSWORD in docs/operations.md")
 	return ""
 }
 
-// aclUser makes the README's user on each server (as its default user), and
+// aclUser makes the ACL user of docs/operations.md on each server (as its default user), and
 // checks in the test's Cleanup, before the servers stop, that their ACL logs
 // have no denials (but for the CLIENT subcommands that go-redis sends on
 // connect and does without when refused: SETINFO, which the CLI turns off,
@@ -67,7 +67,7 @@ func aclUser(t *testing.T, line string, addrs ...string) {
 }
 
 // TestACLCLI runs every command of the CLI that talks to Redis as a user made
-// with exactly the README's ACL line: a holder (dlock run, renewing), status
+// with exactly the ACL line of docs/operations.md: a holder (dlock run, renewing), status
 // and status --json of the held lock, dlock run on the busy lock, a dlock run
 // --wait that the holder's end wakes, release --force (the holder loses its
 // lock), a --limit run; on one Redis, one Redis with a database other than
@@ -75,7 +75,7 @@ func aclUser(t *testing.T, line string, addrs ...string) {
 func TestACLCLI(t *testing.T) {
 	t.Parallel()
 	const pw = "acl-cli"
-	line := aclReadmeLine(t, pw)
+	line := aclLine(t, pw)
 	userURL := func(addr string) string { return "redis://dlock:" + pw + "@" + addr }
 
 	one := dlocktest.Start(t)
@@ -115,7 +115,7 @@ func TestACLCLI(t *testing.T) {
 				stderrs = append(stderrs, stderr)
 				mu.Unlock()
 				if code != want {
-					t.Errorf("dlock %s as the README's ACL user: exit %d, want %d; stderr: %s", strings.Join(args, " "), code, want, stderr)
+					t.Errorf("dlock %s as the ACL user of docs/operations.md: exit %d, want %d; stderr: %s", strings.Join(args, " "), code, want, stderr)
 				}
 				return stdout
 			}

@@ -134,16 +134,17 @@ func TestRedlockSameServerTwice(t *testing.T) {
 	}
 }
 
-// TestRestrictedUser: the CLI works for a user made with the README's ACL
-// line, also over a Redlock (which asks each server its run id).
+// TestRestrictedUser: the CLI works for a user made with the ACL line of
+// docs/operations.md, also over a Redlock (which asks each server its run
+// id).
 func TestRestrictedUser(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var line string
-	for _, l := range strings.Split(string(readme), "\n") {
+	for _, l := range strings.Split(string(doc), "\n") {
 		if strings.HasPrefix(l, "ACL SETUSER dlock ") {
 			line = strings.Replace(l, ">PASSWORD", ">cli-pw", 1)
 		}

@@ -290,12 +290,13 @@ func TestNewElectorInvalid(t *testing.T) {
 // once the semaphore's holders are gone.
 func TestElectorLimitMismatchRetried(t *testing.T) {
 	ctx := context.Background()
-	sem := newDlock(t, redisAddr)
+	addr := dlocktest.Start(t).Addr()
+	sem := newDlock(t, addr)
 	p, err := sem.Acquire(ctx, "elect-mismatch", dlock.WithLimit(2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	el, err := dlockgocron.NewElector(ctx, newDlock(t, redisAddr), "elect-mismatch", "me")
+	el, err := dlockgocron.NewElector(ctx, newDlock(t, addr), "elect-mismatch", "me")
 	if err != nil {
 		t.Fatal(err)
 	}

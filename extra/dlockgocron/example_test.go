@@ -14,7 +14,7 @@ import (
 )
 
 func ExampleNewLocker() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close() // after the scheduler's shutdown: gives back the locks still held
@@ -47,7 +47,7 @@ func ExampleNewLocker() {
 }
 
 func ExampleLocker_Held() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()
@@ -88,7 +88,7 @@ func ExampleLocker_Held() {
 }
 
 func ExampleNewElector() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 	locker := dlock.New(client)
 	defer locker.Close()

@@ -18,12 +18,9 @@ import (
 	"github.com/dlock-dev/dlock/extra/dlockotel"
 )
 
-// redisAddr is the address of the redis-server that the Example uses;
-// TestMain starts it on a free loopback port.
-var redisAddr = "127.0.0.1:6379"
-
 func TestMain(m *testing.M) {
-	os.Exit(dlocktest.Main(m, 1, func(s []*dlocktest.Server) { redisAddr = s[0].Addr() }))
+	// The Examples' Redis, at the address they name.
+	os.Exit(dlocktest.MainAt(m, "127.0.0.1:6379"))
 }
 
 // env is a hook on an in-memory span recorder and a manual metric reader.

@@ -14,7 +14,7 @@ import (
 )
 
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 
 	// The lines to write: a Collector, registered with a registry

@@ -22,7 +22,7 @@ func exampleBank(ctx context.Context) (*sql.DB, *dlock.Locker, func(), error) {
 		return nil, nil, nil, err
 	}
 	db.SetMaxOpenConns(1) // one in-memory database, not one per connection
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	locker := dlock.New(client)
 	closeAll := func() {
 		locker.Close()

@@ -74,38 +74,115 @@ func Binary() (string, error) {
 // NewServer starts a redis-server on a free loopback port and waits until it
 // answers PING. The caller must call Close.
 func NewServer(opts ...Option) (*Server, error) {
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	bin, err := Binary()
+	c, bin, err := prepare(opts)
 	if err != nil {
 		return nil, err
 	}
 	var tlsPort int
 	s, err := startOnFreePort(bin, "", func(port int) ([]string, error) {
-		var extra []string
-		if c.tls != nil {
-			if tlsPort, err = freePort(); err != nil {
-				return nil, err
-			}
-			extra = tlsArgs(c.tls, c.mutual, tlsPort)
-		}
-		return append(append([]string{
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
-			"--daemonize", "no",
-			"--protected-mode", "no",
-			"--loglevel", "warning",
-			"--logfile", "",
-		}, extra...), c.extra...), nil
+		var args []string
+		args, tlsPort, err = c.args("127.0.0.1", port)
+		return args, err
 	})
 	if err == nil && c.tls != nil {
 		s.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 	}
 	return s, err
+}
+
+// NewServerAt starts a redis-server listening at addr, a loopback address
+// with its port ("127.0.0.1:6379"), and waits until it answers PING. It
+// fails if something else listens there. The caller must call Close.
+func NewServerAt(addr string, opts ...Option) (*Server, error) {
+	c, bin, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dlocktest: server address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 {
+		return nil, fmt.Errorf("dlocktest: server address %q: no port", addr)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("dlocktest: server address %q: not a loopback IP address", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dlocktest: %s is in use: %w", addr, err)
+	}
+	l.Close()
+	s := &Server{port: port, addr: net.JoinHostPort(host, p)}
+	var tlsPort int
+	if s.args, tlsPort, err = c.args(host, port); err != nil {
+		return nil, err
+	}
+	if err := s.start(bin); err != nil {
+		return nil, err
+	}
+	if c.tls != nil {
+		s.tlsAddr = net.JoinHostPort(host, strconv.Itoa(tlsPort))
+	}
+	// Another server that took the port between the probe and the start
+	// answers PING too, while this one exits: ask the one that answers.
+	if err := s.isAnswering(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// isAnswering checks that the server answering at s's address is s's
+// process.
+func (s *Server) isAnswering() error {
+	c := s.Client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("dlocktest: redis-server at %s: %w", s.addr, err)
+	}
+	if pid := strconv.Itoa(s.PID()); !strings.Contains(info, "\nprocess_id:"+pid+"\r") {
+		return fmt.Errorf("dlocktest: %s is served by another process than the redis-server started there", s.addr)
+	}
+	return nil
+}
+
+// prepare returns the configuration that opts give and the binary to run.
+func prepare(opts []Option) (config, string, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	bin, err := Binary()
+	return c, bin, err
+}
+
+// args returns the arguments of a server on host:port, and its TLS port
+// (a free one, with WithTLS).
+func (c config) args(host string, port int) ([]string, int, error) {
+	var extra []string
+	tlsPort := 0
+	if c.tls != nil {
+		var err error
+		if tlsPort, err = freePort(); err != nil {
+			return nil, 0, err
+		}
+		extra = tlsArgs(c.tls, c.mutual, tlsPort)
+	}
+	return append(append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", host,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--loglevel", "warning",
+		"--logfile", "",
+	}, extra...), c.extra...), tlsPort, nil
 }
 
 // startOnFreePort starts bin with the arguments args gives for a free port.
