@@ -430,10 +430,10 @@ const (
 // holder, granted at nearly the same moment in another order on each node,
 // has it), a larger fence (the largest counter seen, plus one and a small
 // jitter, claimJitter, so that two such holders do not claim one value
-// again) is claimed
-// on every granting node, for at most maxClaimRounds rounds. It returns the
-// fence claimed and whether a quorum claimed it (if not, the grant is given
-// back and the caller tries again, as for a grant with no validity left).
+// again) is claimed on every granting node, for at most maxClaimRounds
+// rounds. It returns the fence claimed and whether a quorum claimed it (if
+// not, the grant is given back and the caller tries again, as for a grant
+// with no validity left).
 func (l *Locker) claimFences(ctx context.Context, nm *keys.Names, token string, ttl time.Duration, fence uint64,
 	results []quorum.Result[script.AcquireReply], timeout time.Duration, q int) (uint64, bool) {
 	claimed := 0
