@@ -199,17 +199,20 @@ type attemptCmd struct {
 	timeout time.Duration
 	argv    script.AcquireArgs
 	// lock is lock.lua's command, for a plain lock's attempt that does not
-	// register (the everyday path), else nil; args acquire.lua's for every
-	// node, for another attempt that does not register.
+	// register (the everyday path), else nil; args the shape's script's
+	// (see AcquireArgs.Script) for every node, for another attempt that does
+	// not register.
 	lock, args []any
 }
 
 // run sends the attempt's command to node i: lock.lua for a plain lock that
-// does not register, then acquire.lua if lock.lua answered Other (a key of
+// does not register, then the shape's script (acquire.lua) if lock.lua
+// answered Other (a key of
 // another shape: one round trip more, for a plain lock asked of a key held
 // as shared holds or a semaphore), within the round's deadline (with a
 // client whose socket deadlines bound its calls, and that does not honour
-// ctx, the second can end up to a node timeout after it); else acquire.lua.
+// ctx, the second can end up to a node timeout after it); else the shape's
+// script (acquire.lua, semaphore.lua or shared.lua: AcquireArgs.Script).
 func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
 	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 	defer asked()
@@ -235,10 +238,10 @@ func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (s
 			args = a.argv.WaiterCommand(a.nm.AcquireKeys(), w)
 		}
 	}
-	return a.l.runAcquire(ctx, c, a.timeout, script.Acquire, args)
+	return a.l.runAcquire(ctx, c, a.timeout, a.argv.Script(), args)
 }
 
-// runAcquire runs an acquisition's script (lock.lua or acquire.lua) on one
+// runAcquire runs an acquisition's script (lock.lua or the shape's) on one
 // node and reads its answer.
 func (l *Locker) runAcquire(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script.Script, args []any) (script.AcquireReply, error) {
 	v, err := l.runScript(ctx, c, timeout, s, args)

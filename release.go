@@ -225,7 +225,7 @@ func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, 
 var noSlotTag any = ""
 
 // waker returns what a script that wakes waiters of nm on node i needs
-// (release.lua, and a shared waiter's acquire.lua).
+// (release.lua, and a shared waiter's shared.lua).
 func (l *Locker) waker(i int, nm *keys.Names) script.Waker {
 	wk := script.Waker{InboxPrefix: l.inboxesArg, Listeners: "1", SlotTag: noSlotTag, Reserve: l.reserveArg}
 	if l.nodes[i].Cluster {

@@ -303,7 +303,7 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case isScript(args, script.Acquire) && nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
+	case (isScript(args, script.Acquire) || isScript(args, script.Semaphore) || isScript(args, script.Shared)) && nkeys == 8 && len(reply) == 2 && reply[0] == int64(1): // acquire.lua's grant
 		r.at[fmt.Sprint(args[3+keys.LockKey])] = sent
 	case isScript(args, script.Lock) && len(reply) == 2 && reply[0] == int64(1): // lock.lua's
 		r.at[fmt.Sprint(args[3])] = sent

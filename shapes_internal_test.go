@@ -29,7 +29,7 @@ func TestSharedWriterAheadWhateverItsIntent(t *testing.T) {
 		t.Helper()
 		a := script.AcquireArgs{Token: token, TTL: ttl, Retention: "60000", Metadata: "", Limit: limit}
 		w := script.Waiter{Member: member, Lease: "180000", Position: pos, Queued: queued, Refresh: "0"}
-		return runScript(t, c, script.Acquire, a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
+		return runScript(t, c, a.Script(), a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
 	}
 	// A shared holder, then a writer with a long TTL waits behind it.
 	if r := run("h", "0", "60000", "H:r1:ahead", "0", "0"); r[0] != int64(1) {
@@ -150,10 +150,10 @@ func (r *sharedRig) attempt(limit, member, pos, queued string) []any {
 	a := script.AcquireArgs{Token: "tok-" + member, TTL: "60000", Retention: "60000", Metadata: "", Limit: limit}
 	w := script.Waiter{Member: member, Lease: "180000", Position: pos, Queued: queued, Refresh: "0"}
 	if limit == "1" {
-		return runScript(r.t, r.c, script.Acquire, a.WaiterCommand(r.nm.AcquireKeys(), w)).([]any)
+		return runScript(r.t, r.c, a.Script(), a.WaiterCommand(r.nm.AcquireKeys(), w)).([]any)
 	}
 	k := script.Waker{InboxPrefix: "dlock:inbox:", Listeners: "1", SlotTag: "", Reserve: "100"}
-	return runScript(r.t, r.c, script.Acquire, a.SharedWaiterCommand(r.nm.AcquireKeys(), w, k)).([]any)
+	return runScript(r.t, r.c, script.Shared, a.SharedWaiterCommand(r.nm.AcquireKeys(), w, k)).([]any)
 }
 
 // TestSharedGrantDoesNotWakeItself: a queued shared waiter granted on its
@@ -262,7 +262,7 @@ func TestRegistrationRewritten(t *testing.T) {
 		t.Helper()
 		a := script.AcquireArgs{Token: "t", TTL: "30000", Retention: "60000", Metadata: "", Limit: "1"}
 		w := script.Waiter{Member: "L:1:again", Lease: "180000", Position: pos, Queued: "1", Refresh: refresh}
-		r := runScript(t, c, script.Acquire, a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
+		r := runScript(t, c, a.Script(), a.WaiterCommand(nm.AcquireKeys(), w)).([]any)
 		if r[0] != int64(0) {
 			t.Fatalf("attempt at a held lock: %v", r)
 		}

@@ -16,7 +16,8 @@ type Names struct {
 	Key string // the lock's name, as passed to Acquire
 	// Keys are the names of the lock's Redis keys, boxed once (see the
 	// root package's script), in the one order from which every script
-	// takes its KEYS, each a run of it: acquire.lua and release.lua all
+	// takes its KEYS, each a run of it: acquire.lua (and semaphore.lua and
+	// shared.lua) and release.lua all
 	// eight; the plain lock's lock.lua the lock, its counter and its
 	// tombstones, unlock.lua the waiting set and the lock;
 	// extend.lua five from the lock on (or two, its short groups);
@@ -26,7 +27,8 @@ type Names struct {
 	Keys [8]any
 }
 
-// The index of each key in Names.Keys (and KEYS[i+1] in acquire.lua and
+// The index of each key in Names.Keys (and KEYS[i+1] in acquire.lua,
+// semaphore.lua, shared.lua and
 // release.lua).
 const (
 	WaitersKey = iota // prefix{K}:waiters
@@ -65,7 +67,7 @@ func (n *Names) Dead() string { return n.name(DeadKey) }
 // Writers is the key of the exclusive waiters' intents.
 func (n *Names) Writers() string { return n.name(WritersKey) }
 
-// AcquireKeys are acquire.lua's KEYS.
+// AcquireKeys are the KEYS of acquire.lua, semaphore.lua and shared.lua.
 func (n *Names) AcquireKeys() []any { return n.Keys[:] }
 
 // ReleaseKeys are release.lua's KEYS.

@@ -17,10 +17,10 @@
 --
 -- For group g (0, 1, …), the first W of the keys that every script takes
 -- in one order (see internal/keys):
--- KEYS[Wg+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see acquire.lua)
+-- KEYS[Wg+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see semaphore.lua)
 -- KEYS[Wg+2] fence counter  prefix{K}:fence
 -- KEYS[Wg+3] tombstones     prefix{K}:dead (see release.lua)
--- KEYS[Wg+4] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[Wg+4] metadata       prefix{K}:meta (see base.lua)
 -- KEYS[Wg+5] limit          prefix{K}:limit (a semaphore's)
 -- ARGV[1] ttl            new TTL in milliseconds, counted from now
 -- ARGV[2] regain         "1" to set the key to the token when it is free: only sent
@@ -36,7 +36,7 @@
 -- ARGV[4g+6] metadata    "" for none; else the lock's metadata, whose TTL follows
 --                        the lock's (and which a regain writes again)
 -- ARGV[4g+7] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
---                        hold (a semaphore without a limit, see acquire.lua)
+--                        hold (a semaphore without a limit, see shared.lua)
 -- ARGV[4g+8] fence       the holder's fence (a decimal string)
 -- With W = 2:
 -- ARGV[2g+5] token       the owner token
@@ -53,7 +53,7 @@
 -- holder's fence: a counter lost meanwhile (an eviction), or below the
 -- holder's fence, is set to the larger of that fence and the server's time
 -- in microseconds, which is above every fence issued before (see
--- acquire.lua: the counter never runs ahead of the clock), so that the next
+-- base.lua: the counter never runs ahead of the clock), so that the next
 -- holder's fence is larger than every one issued, the other permits' of a
 -- semaphore included; and a holder with metadata has
 -- its fence written with it in KEYS[4] (correcting a grant that ran late on

@@ -15,19 +15,25 @@ import (
 func TestScriptKeysOrder(t *testing.T) {
 	n := keys.Make("p", "K")
 	line := regexp.MustCompile(`(?m)^-- KEYS\[(\d+)\] +[a-z ]+ +(prefix\{K\}\S*)`)
+	// The header of each script's own file (the fragments it includes
+	// come after it), and the fragment that describes the keys in full.
 	for _, s := range []struct {
 		name string
+		src  string
 		sc   *Script
 		keys []any
 	}{
-		{"acquire.lua", Acquire, n.AcquireKeys()},
-		{"release.lua", Release, n.ReleaseKeys()},
-		{"raise.lua", Raise, n.RaiseKeys()},
-		{"lock.lua", Lock, n.LockKeys()},
-		{"unlock.lua", Unlock, n.UnlockKeys()},
-		{"time.lua", Time, n.TimeKeys()},
+		{"acquire.lua", acquireSrc, Acquire, n.AcquireKeys()},
+		{"semaphore.lua", semaphoreSrc, Semaphore, n.AcquireKeys()},
+		{"shared.lua", sharedSrc, Shared, n.AcquireKeys()},
+		{"base.lua", baseSrc, Acquire, n.AcquireKeys()},
+		{"release.lua", releaseSrc, Release, n.ReleaseKeys()},
+		{"raise.lua", raiseSrc, Raise, n.RaiseKeys()},
+		{"lock.lua", lockSrc, Lock, n.LockKeys()},
+		{"unlock.lua", unlockSrc, Unlock, n.UnlockKeys()},
+		{"time.lua", timeSrc, Time, n.TimeKeys()},
 	} {
-		ms := line.FindAllStringSubmatch(s.sc.Source(), -1)
+		ms := line.FindAllStringSubmatch(s.src, -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {
 			t.Errorf("%s: %d KEYS in its header, %s in its command, %d passed", s.name, len(ms), s.sc.numKeys, len(s.keys))
 			continue

@@ -1,6 +1,6 @@
 -- lock.lua: take a plain lock (limit 1, no metadata) if it is free, for an
 -- attempt that does not register as a waiter: the everyday path. It is
--- acquire.lua's path for that shape, on the same data (see its header for
+-- acquire.lua's path for that shape, on the same data (see base.lua's header for
 -- what each key holds), with the same fence rule, tombstone refusal and
 -- retried-command idempotence, and nothing else defined or checked first.
 --
@@ -18,7 +18,8 @@
 -- (-3: reserved for a woken waiter); {0, -4, "0"} for a token that
 -- release.lua buried (nothing is written); {0, -5, "0"} when the lock key is
 -- not a string (shared holds, a semaphore's permits, another program's
--- key): acquire.lua answers for those, and nothing is written. A counter
+-- key): acquire.lua answers for those (and semaphore.lua or shared.lua
+-- for a call of their shapes), and nothing is written. A counter
 -- that is not a positive decimal integer below 2^63-1 is an error, before
 -- anything is written.
 local token = ARGV[1]
@@ -41,7 +42,7 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   if not c then
     fence = t[1] .. string.format('%06d', tonumber(t[2]))
   elseif #c > #floor or (#c == #floor and c >= floor) then
-    -- c + 1, as a decimal string (exact: see acquire.lua's incr).
+    -- c + 1, as a decimal string (exact: see base.lua's incr).
     local i = #c
     while i > 0 and string.byte(c, i) == 57 do -- '9'
       i = i - 1

@@ -7,7 +7,7 @@
 -- KEYS[1] lock key       prefix{K} (not used; the command is routed by it)
 -- KEYS[2] fence counter  prefix{K}:fence
 -- KEYS[3] tombstones     prefix{K}:dead (not used)
--- KEYS[4] metadata       prefix{K}:meta (see acquire.lua)
+-- KEYS[4] metadata       prefix{K}:meta (see base.lua)
 -- ARGV[1] value          the fence a Redlock holder claims (a decimal string)
 -- ARGV[2] life           ms the counter lives at least from now, as after an
 --                        acquisition (the retention, at least the lock's TTL)
@@ -27,7 +27,7 @@
 -- the claimed value, so that Status and Leader report the fence the holder
 -- has. The comparison is on decimal strings (length first), exact for any
 -- 64-bit value; a counter that is not a positive integer, or a value that
--- is not one below 2^63-1 (which acquire.lua could not increment), is an
+-- is not one below 2^63-1 (which base.lua's incr could not increment), is an
 -- error, and nothing is written then.
 local c = redis.call('GET', KEYS[2])
 if c and not string.match(c, '^[1-9]%d*$') then

@@ -1,5 +1,5 @@
 -- release.lua: delete the lock if it holds the expected value, and wake one waiter.
--- Of a semaphore (KEYS[2] a sorted set, see acquire.lua), remove the permit.
+-- Of a semaphore (KEYS[2] a sorted set, see semaphore.lua), remove the permit.
 --
 -- KEYS, in the order that every script shares (see internal/keys):
 -- KEYS[1] waiting set    prefix{K}:waiters
@@ -9,7 +9,7 @@
 -- KEYS[5] metadata       prefix{K}:meta (the released owner's entries are removed)
 -- KEYS[6] limit          prefix{K}:limit (a semaphore's)
 -- KEYS[7] waiter leases  prefix{K}:wexp
--- KEYS[8] writers        prefix{K}:writers (exclusive waiters' intents, see acquire.lua)
+-- KEYS[8] writers        prefix{K}:writers (exclusive waiters' intents, see shared.lua)
 -- ARGV[1] expected       the owner token, or "~WAITER" to give up a reservation
 -- ARGV[2] inbox prefix   a waiter "LOCKERID:SEQ:KEY" is told on channel ARGV[2]..LOCKERID
 -- ARGV[3] reserve ms     > 0: reserve the lock for the woken waiter this long
@@ -28,7 +28,7 @@
 --                        may sit on another node); absent or "0" otherwise
 -- ARGV[8] bury ms        > 0: ARGV[1] is a dead token of which a command may
 --                        still reach the server (its answer was missed): leave
---                        a tombstone for it this long, which acquire.lua and
+--                        a tombstone for it this long, which the acquisition scripts and
 --                        extend.lua's regain refuse; "0": none
 -- ARGV[9] retention      ms the fence counter lives after its last use: once
 --                        the lock (or a semaphore's last permit) is released,
@@ -60,18 +60,18 @@
 -- without leaving the queue. With ARGV[3] > 0 the lock is not deleted but set
 -- to "~WAITER" for ARGV[3] ms, so a newcomer cannot barge in ahead of the
 -- woken waiter; if that waiter is gone, the reservation expires.
--- Shared holds (see acquire.lua) wake nobody while another hold or
+-- Shared holds (see shared.lua) wake nobody while another hold or
 -- reservation of the key is live: the last one wakes the next waiter. When
 -- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), the waiters
 -- after it up to the next exclusive one are woken too, each with a
 -- reservation "~WAITER" in the key's sorted set: 100 of them at most in
 -- this script, and each one woken, once it takes its hold, wakes the
--- shared waiters then at the head of the queue (acquire.lua), so that
+-- shared waiters then at the head of the queue (shared.lua), so that
 -- every shared waiter queued before the next writer is woken, in batches;
 -- the stand-in is the waiter after the first batch. A semaphore's release
 -- wakes one waiter, whatever it waits for. A writer woken keeps its
 -- intent, at its position: ahead of every reader still queued (see
--- acquire.lua).
+-- shared.lua).
 -- A leaving writer (ARGV[4]) whose intent kept shared waiters out wakes the
 -- shared waiters at the head of the queue (100 at most, then as above)
 -- when no exclusive hold keeps them out; a writer's registration dropped

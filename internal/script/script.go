@@ -29,6 +29,16 @@ var (
 	raiseSrc string
 	//go:embed wake.lua
 	wakeSrc string
+	//go:embed base.lua
+	baseSrc string
+	//go:embed queue.lua
+	queueSrc string
+	//go:embed grant.lua
+	grantSrc string
+	//go:embed semaphore.lua
+	semaphoreSrc string
+	//go:embed shared.lua
+	sharedSrc string
 	//go:embed lock.lua
 	lockSrc string
 	//go:embed unlock.lua
@@ -38,10 +48,14 @@ var (
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
-	Acquire = newScript(include(acquireSrc), 8)
-	Release = newScript(include(releaseSrc), 8)
-	Extend  = newScript(extendSrc, 5)
-	Raise   = newScript(raiseSrc, 4)
+	// An acquisition's, by shape: a lock's, a semaphore's, a shared hold's
+	// (base.lua, queue.lua and grant.lua are their shared parts).
+	Acquire   = newScript(include(acquireSrc), 8)
+	Semaphore = newScript(include(semaphoreSrc), 8)
+	Shared    = newScript(include(sharedSrc), 8)
+	Release   = newScript(include(releaseSrc), 8)
+	Extend    = newScript(extendSrc, 5)
+	Raise     = newScript(raiseSrc, 4)
 	// A plain lock's everyday path: lock.lua and unlock.lua.
 	Lock   = newScript(lockSrc, 3)
 	Unlock = newScript(unlockSrc, 2)
@@ -63,15 +77,37 @@ func newScript(src string, keys int) *Script {
 	return &Script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys)}
 }
 
-// include returns src with each line "-- #include wake.lua" (indented or
-// not) replaced by wake.lua, the waking of waiters that release.lua and
-// acquire.lua share.
+// fragments are the parts that several scripts share, by name: a line
+// "-- #include NAME" (indented or not) of a script is replaced by NAME.
+var fragments = map[string]*string{
+	"wake.lua":  &wakeSrc,  // waking waiters: release.lua and shared.lua
+	"base.lua":  &baseSrc,  // acquire.lua, semaphore.lua, shared.lua
+	"queue.lua": &queueSrc, // the same
+	"grant.lua": &grantSrc, // the same
+}
+
+// include returns src with its "-- #include NAME" lines replaced by the
+// fragments they name; it panics on a script that includes nothing, or an
+// unknown name.
 func include(src string) string {
-	const directive = "-- #include wake.lua\n"
+	const directive = "-- #include "
 	if !strings.Contains(src, directive) {
-		panic("script: no " + strings.TrimSpace(directive))
+		panic("script: a script without " + directive)
 	}
-	return strings.ReplaceAll(src, directive, wakeSrc)
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(src, "\n") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), directive)
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		frag, known := fragments[name]
+		if !known {
+			panic("script: no fragment " + name)
+		}
+		b.WriteString(*frag)
+	}
+	return b.String()
 }
 
 // Source is the script's text.
@@ -126,27 +162,41 @@ func (s *Script) Run(ctx context.Context, c Processor, args []any) (any, error) 
 	return v, err
 }
 
-// AcquireArgs are acquire.lua's ARGV[1..5] (see its header). (Small, and
+// AcquireArgs are the ARGV[1..5] of acquire.lua, semaphore.lua and shared.lua
+// (see base.lua's header). (Small, and
 // with value receivers, so that a closure can hold a copy.)
 type AcquireArgs struct {
 	Token, TTL, Retention, Metadata, Limit any
 }
 
-// Waiter are acquire.lua's ARGV[6..10], for an attempt that may register
+// Waiter are their ARGV[6..10], for an attempt that may register
 // as a waiter.
 type Waiter struct {
 	Member, Lease, Position, Queued, Refresh any
 }
 
-// Command is the command of acquire.lua with keys and a, for an attempt
-// that does not register.
-func (a AcquireArgs) Command(keys []any) []any {
-	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit)
+// Script is the script of an acquisition of a's shape (its Limit): a
+// lock's acquire.lua, a semaphore's semaphore.lua, shared.lua for a shared
+// hold.
+func (a AcquireArgs) Script() *Script {
+	switch a.Limit {
+	case "1":
+		return Acquire
+	case "0":
+		return Shared
+	}
+	return Semaphore
 }
 
-// WaiterCommand is the command of acquire.lua with keys, a and w.
+// Command is the command of a's script (see Script) with keys and a, for
+// an attempt that does not register.
+func (a AcquireArgs) Command(keys []any) []any {
+	return a.Script().command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit)
+}
+
+// WaiterCommand is the command of a's script with keys, a and w.
 func (a AcquireArgs) WaiterCommand(keys []any, w Waiter) []any {
-	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
+	return a.Script().command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
 		w.Member, w.Lease, w.Position, w.Queued, w.Refresh)
 }
 
@@ -167,16 +217,16 @@ func UnlockCommand(keys []any, token any) []any {
 // answers for it.
 const Other = -5
 
-// Waker are acquire.lua's ARGV[11..14], for a shared acquisition's waiter:
+// Waker are shared.lua's ARGV[11..14], for a shared acquisition's waiter:
 // what its grant needs to wake the shared waiters after it, as release.lua
 // does (its ARGV[2], ARGV[7], ARGV[10] and ARGV[3]).
 type Waker struct {
 	InboxPrefix, Listeners, SlotTag, Reserve any
 }
 
-// SharedWaiterCommand is the command of acquire.lua with keys, a, w and k.
+// SharedWaiterCommand is the command of shared.lua with keys, a, w and k.
 func (a AcquireArgs) SharedWaiterCommand(keys []any, w Waiter, k Waker) []any {
-	return Acquire.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
+	return Shared.command(keys, a.Token, a.TTL, a.Retention, a.Metadata, a.Limit,
 		w.Member, w.Lease, w.Position, w.Queued, w.Refresh,
 		k.InboxPrefix, k.Listeners, k.SlotTag, k.Reserve)
 }
@@ -330,7 +380,7 @@ func BadReply(format string, args ...any) error {
 	return &ReplyError{fmt.Sprintf(format, args...)}
 }
 
-// AcquireReply is one node's answer to acquire.lua.
+// AcquireReply is one node's answer to an acquisition's script.
 type AcquireReply struct {
 	OK    bool
 	Fence uint64
@@ -338,7 +388,7 @@ type AcquireReply struct {
 	Pos   string
 }
 
-// ParseAcquire reads acquire.lua's reply.
+// ParseAcquire reads the reply of an acquisition's script (see base.lua).
 func ParseAcquire(v any) (AcquireReply, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) < 2 {

@@ -1,6 +1,6 @@
 -- unlock.lua: release a plain lock (limit 1, no metadata) that holds the
 -- owner's token when nobody waits for it: the everyday path. It is
--- release.lua's path for that shape, on the same data (see acquire.lua's
+-- release.lua's path for that shape, on the same data (see base.lua's
 -- header for what each key holds), for a lock whose TTL is at most the
 -- fence counter's retention: the counter, whose life every acquisition and
 -- renewal of such a lock set to the retention, needs no shortening.

@@ -1,4 +1,4 @@
--- wake.lua: waking waiters, shared by release.lua and acquire.lua, each of
+-- wake.lua: waking waiters, shared by release.lua and shared.lua, each of
 -- which includes it where it says "-- #include wake.lua" (see script.go),
 -- after defining:
 --   INBOX      the inbox channels' prefix: a waiter "LOCKERID:SEQ:KEY" is
@@ -9,7 +9,7 @@
 --              release.lua's ARGV[10])
 -- and with the keys in the order every script shares: KEYS[1] the waiting
 -- set, KEYS[7] the waiter leases (and the writers' intents' ends, "i:"
--- .. WAITER), KEYS[8] the writers (see acquire.lua's "Shared holds").
+-- .. WAITER), KEYS[8] the writers (see shared.lua's "Shared holds").
 
 -- tell publishes msg to waiter w's inbox; it reports false when nobody can
 -- have heard it (see LISTENERS).
@@ -54,7 +54,7 @@ end
 -- heard of it. Where
 -- PUBLISH's count is exact (LISTENERS "1") its hearing is the test of its
 -- life; elsewhere its lease is read first. A waiter that hears keeps its
--- lease and intent, which its grant removes (acquire.lua); a writer's
+-- lease and intent, which its grant removes (grant.lua); a writer's
 -- intent, at its position, keeps out the readers queued after it.
 local function pop(w, clock)
   if (LISTENERS == '1' or tonumber(redis.call('HGET', KEYS[7], w) or '0') >= clock()) and tell(w, 'w') then
@@ -68,7 +68,7 @@ end
 -- next writer, at most n of them, looking at 2n at most (those that do
 -- not hear are dropped on the way), and
 -- appends those that heard of it to woken. A reader woken takes a shared
--- hold and wakes the readers then at the head (see acquire.lua), so that a
+-- hold and wakes the readers then at the head (see shared.lua), so that a
 -- release wakes every shared waiter queued before the next writer, in
 -- batches, each script bounded.
 local function wakeReaders(n, woken, clock)

@@ -1,0 +1,70 @@
+-- grant.lua: the grant of acquire.lua, semaphore.lua and shared.lua
+-- (included after base.lua and queue.lua): the fence, the holder's entries,
+-- a semaphore's or a shared hold's permit.
+
+-- done finishes a grant: the fence, the holder's entries, the waiter's
+-- registration. own: the lock already held the token (a retried command);
+-- last: a semaphore's last expiry (server ms, a string), nil for a lock; now: the
+-- server's time in ms, for a semaphore.
+local function done(c, own, last, now)
+  local life = math.max(tonumber(ARGV[3]), tonumber(ARGV[2]))
+  if last then
+    life = math.max(life, tonumber(last) - now)
+  end
+  local fence
+  if own and c then
+    fence = c
+    redis.call('SET', KEYS[3], fence, 'PX', life)
+  else
+    fence = issue(c, life)
+  end
+  if metadata ~= '' then
+    if not last then
+      -- A lock has one holder: the entries of former ones go.
+      redis.call('DEL', KEYS[5])
+    end
+    redis.call('HSET', KEYS[5], token, metadata, 'f:' .. token, fence)
+    if last then
+      redis.call('PEXPIREAT', KEYS[5], last) -- a semaphore's: with the last permit
+    else
+      redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    end
+  end
+  -- The waiter's entries go (keys of another type: left alone).
+  if queued then
+    redis.pcall('ZREM', KEYS[1], waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter)
+  end
+  if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 and not queued then
+    redis.pcall('HDEL', KEYS[7], 'i:' .. waiter)
+  end
+  return {1, fence}
+end
+-- claims reports whether the caller holds a live permit, and whether a live
+-- reservation is its.
+local function claims(now)
+  local mine = redis.call('ZSCORE', KEYS[2], token)
+  local resv = waiter ~= '' and redis.call('ZSCORE', KEYS[2], '~' .. waiter)
+  return mine and tonumber(mine) > now, resv and tonumber(resv) > now
+end
+-- permit writes a semaphore's or a shared hold's grant (resv: the caller's
+-- reservation was taken; wake: a function that wakes the waiters after it,
+-- or false) and returns the reply.
+local function permit(c, now, resv, wake)
+  prune(now)
+  pruneIntents()
+  if resv then
+    redis.call('ZREM', KEYS[2], '~' .. waiter)
+  end
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), token)
+  if wake then
+    wake(now)
+  end
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[2], last)
+  redis.call('SET', KEYS[6], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[6], last)
+  -- A retried grant gets a fence of its own too: other permits may
+  -- have taken the next ones meanwhile.
+  return done(c, false, last, now)
+end

@@ -1,0 +1,61 @@
+-- semaphore.lua: take one of the n permits (ARGV[5] n > 1) of a semaphore;
+-- register the caller as a waiter if none is free.
+--
+-- KEYS, in the order that every script shares (see internal/keys; what each
+-- holds: base.lua):
+-- KEYS[1] waiting set    prefix{K}:waiters
+-- KEYS[2] lock key       prefix{K}
+-- KEYS[3] fence counter  prefix{K}:fence
+-- KEYS[4] tombstones     prefix{K}:dead
+-- KEYS[5] metadata       prefix{K}:meta
+-- KEYS[6] limit          prefix{K}:limit
+-- KEYS[7] waiter leases  prefix{K}:wexp
+-- KEYS[8] writers        prefix{K}:writers
+-- ARGV: as base.lua's header says (ARGV[1..5] always, ARGV[6..10] for an
+-- attempt that may register as a waiter).
+-- Returns: as base.lua's header says.
+--
+-- A value "~WAITER" is a reservation made by release.lua: only that waiter
+-- may take the lock until the reservation's short TTL runs out. In a
+-- semaphore, or shared holds, a reservation is a member "~WAITER" that
+-- takes one permit.
+--
+-- Semaphore: expired permits (and reservations) are pruned on every run, on
+-- the server's clock. A permit is granted while fewer than n live ones are
+-- held; pttl on failure is the time until the first live one expires. The
+-- sorted set and KEYS[6] expire with the last permit. A key held with
+-- another limit (a lock held as a semaphore, or the other way round, or
+-- another n) is refused with the error "DLOCKLIMIT HELD ASKED", and nothing
+-- is written.
+-- #include base.lua
+-- #include queue.lua
+-- #include grant.lua
+if buried() then
+  return refusedBuried
+end
+
+local c, bad
+-- A semaphore of ARGV[5] permits.
+local limit = tonumber(ARGV[5])
+local ty = redis.call('TYPE', KEYS[2])['ok']
+if ty == 'string' then
+  return mismatch('1')
+elseif ty ~= 'none' and ty ~= 'zset' then
+  return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
+end
+local now = clock()
+local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+local held = redis.call('GET', KEYS[6])
+if live > 0 and held and held ~= ARGV[5] then
+  return mismatch(held)
+end
+local mine, resv = claims(now)
+if mine or resv or live < limit then
+  c, bad = grantable(false)
+  if bad then
+    return bad
+  end
+  return permit(c, now, resv, false)
+end
+local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+return busy(math.max(tonumber(first[2]) - now, 0))
