@@ -78,6 +78,10 @@ type Lock struct {
 	opsBusy   bool
 	opsFree   chan struct{}
 	onLostFns []func(cause error)
+	// fenceArg is the fence, boxed by the first renewal (see addTo) and
+	// kept for the next: read and written only by a holder of the ops
+	// slot.
+	fenceArg any
 }
 
 // newLock returns a lock with a copy of nodes; tokenArg is its token, a

@@ -258,13 +258,16 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 func (k *Lock) short() bool { return k.metadata == "" && k.limit <= 1 && !k.shared }
 
 // addTo adds the lock to an extend.lua call (see script.ExtendCall), short
-// if the call is.
+// if the call is; the caller holds the lock's ops slot.
 func (k *Lock) addTo(c *script.ExtendCall, short bool) {
+	if k.fenceArg == nil {
+		k.fenceArg = k.fence // boxed once, by the first renewal
+	}
 	if short {
-		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fence)
+		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fenceArg)
 		return
 	}
-	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fence)
+	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fenceArg)
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum
