@@ -231,7 +231,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
 		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
+			v, err := l.runScript(ctx, c, timeout, call.Script(), cmd)
 			vals, errs := script.ExtendReplies(v, err, 1)
 			return vals[0], errs[0]
 		}),
@@ -251,10 +251,10 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	return results, missing, recorded
 }
 
-// short reports whether the lock's renewals are extend.lua's short groups
-// (two keys, two arguments: see its header), which write what a whole
-// group would: a lock (not a semaphore or a shared hold) without metadata.
-// A regain is always whole.
+// short reports whether the lock's renewals are renew.lua's (two keys, two
+// arguments: see its header), which writes what extend.lua would: a lock
+// (not a semaphore or a shared hold) without metadata. A regain is always
+// extend.lua's.
 func (k *Lock) short() bool { return k.metadata == "" && k.limit <= 1 && !k.shared }
 
 // addTo adds the lock to an extend.lua call (see script.ExtendCall), short

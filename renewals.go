@@ -363,7 +363,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 	}
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[extendReply](func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
-			v, err := l.runScript(ctx, c, timeout, script.Extend, cmd)
+			v, err := l.runScript(ctx, c, timeout, call.Script(), cmd)
 			vals, errs := script.ExtendReplies(v, err, len(items))
 			return extendReply{vals, errs}, err
 		}),

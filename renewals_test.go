@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -328,20 +327,21 @@ func isScript(args []any, s *script.Script) bool {
 	return len(args) > 2 && (args[1] == s.SHA() || args[1] == any(s.Source()))
 }
 
-// extendGroups reads an extend.lua command (EVALSHA or EVAL of it): the
-// width of its groups (its ARGV[4]) and each group's lock key, in order;
-// nothing for another command.
+// extendGroups reads an extend.lua or renew.lua command (EVALSHA or EVAL
+// of it): the width of its groups ("5" for extend.lua, "2" for renew.lua)
+// and each group's lock key, in order; nothing for another command.
 func extendGroups(args []any) (width string, locks []string) {
-	if !isScript(args, script.Extend) {
+	switch {
+	case isScript(args, script.Extend):
+		width = "5"
+	case isScript(args, script.Renew):
+		width = "2"
+	default:
 		return "", nil
 	}
 	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
-	if len(args) <= 3+nkeys+3 {
-		return "", nil
-	}
-	width = fmt.Sprint(args[3+nkeys+3])
 	w, _ := strconv.Atoi(width)
-	for g := 0; w > 0 && g < nkeys/w; g++ {
+	for g := 0; g < nkeys/w && 3+w*g < len(args); g++ {
 		locks = append(locks, fmt.Sprint(args[3+w*g]))
 	}
 	return width, locks
@@ -583,10 +583,9 @@ func (r *extendWidths) of(key string) []string {
 }
 
 // TestRenewalsShortGroups: a lock without metadata is renewed with
-// extend.lua's short groups (two keys and two arguments), a lock with
-// metadata, a semaphore's permit and a shared hold with whole ones, and
-// each keeps its key, metadata and counter; extend.lua refuses a short
-// group that would regain, and a width it does not know, before writing.
+// renew.lua (two keys and two arguments), a lock with metadata, a
+// semaphore's permit and a shared hold with extend.lua's groups of five,
+// and each keeps its key, metadata and counter.
 func TestRenewalsShortGroups(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
@@ -640,27 +639,13 @@ func TestRenewalsShortGroups(t *testing.T) {
 		t.Errorf("the metadata after renewals: %q", m)
 	}
 	checkHeld(t, c, []*dlock.Lock{plain, meta})
-
-	// A short group that would regain, or another width: an error, and
-	// nothing written (the free key stays free).
-	nm := keys.Make("dlock:", "short-free")
-	for _, argv := range [][]any{{"60000", "1", "60000", "2", "tok", "5"}, {"60000", "0", "60000", "3", "tok", "5"}} {
-		args := append([]any{"eval", script.Extend.Source(), "2"}, nm.ExtendKeysShort()...)
-		err := c.Do(ctx(t), append(args, argv...)...).Err()
-		if err == nil || !strings.Contains(err.Error(), "extend.lua") {
-			t.Errorf("extend.lua with ARGV %v: %v, want its error", argv, err)
-		}
-		if n := c.Exists(ctx(t), nm.Lock(), nm.Fence()).Val(); n != 0 {
-			t.Errorf("extend.lua with ARGV %v wrote %d keys", argv, n)
-		}
-	}
 }
 
-// TestExtendShortGroupKeys: a short group of extend.lua reads and writes
-// only its two keys: a user allowed only the lock's key and its fence
-// counter renews with it (and keeps the counter), while a whole group with
-// metadata is refused there; and a short group finds a semaphore's sorted
-// set not its own (0), writing nothing.
+// TestExtendShortGroupKeys: renew.lua reads and writes only its two keys:
+// a user allowed only the lock's key and its fence counter renews with it
+// (and keeps the counter), while a whole group with metadata is refused
+// there; and renew.lua finds a semaphore's sorted set not its own (0),
+// writing nothing.
 func TestExtendShortGroupKeys(t *testing.T) {
 	s := dlocktest.Start(t)
 	admin := s.Client()
@@ -677,7 +662,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	}
 	c := script.NewExtendCall(1, true, "60000", "0", "60000")
 	c.AddShort(nm.ExtendKeysShort(), "tok", "5")
-	v, err := script.Extend.Run(ctx(t), narrow, c.Command())
+	v, err := c.Script().Run(ctx(t), narrow, c.Command())
 	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(1) {
 		t.Fatalf("a short group by a user allowed only its two keys: %v, %v", v, err)
 	}
@@ -689,7 +674,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	}
 	w := script.NewExtendCall(1, false, "60000", "0", "60000")
 	w.Add(nm.ExtendKeys(), "tok", "meta", "1", "5")
-	v, err = script.Extend.Run(ctx(t), narrow, w.Command())
+	v, err = w.Script().Run(ctx(t), narrow, w.Command())
 	if a, _ := v.([]any); err == nil && len(a) == 1 && a[0] == int64(1) {
 		t.Error("a whole group with metadata succeeded for a user without the metadata key: the ACL check of this test is void")
 	}
@@ -699,7 +684,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	admin.Set(ctx(t), sm.Limit(), "3", 0)
 	c = script.NewExtendCall(1, true, "60000", "0", "60000")
 	c.AddShort(sm.ExtendKeysShort(), "tok", "5")
-	v, err = script.Extend.Run(ctx(t), admin, c.Command())
+	v, err = c.Script().Run(ctx(t), admin, c.Command())
 	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(0) {
 		t.Errorf("a short group on a semaphore: %v, %v, want [0]", v, err)
 	}

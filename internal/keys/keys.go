@@ -20,7 +20,7 @@ type Names struct {
 	// shared.lua) and release.lua all
 	// eight; the plain lock's lock.lua the lock, its counter and its
 	// tombstones, unlock.lua the waiting set and the lock;
-	// extend.lua five from the lock on (or two, its short groups);
+	// extend.lua five from the lock on, renew.lua two;
 	// raise.lua four from the lock on;
 	// time.lua the lock. One array, so that a lock's names
 	// cost a few small allocations, not a copy per script.
@@ -85,7 +85,7 @@ func (n *Names) TimeKeys() []any { return n.Keys[LockKey : LockKey+1 : LockKey+1
 // ExtendKeys are extend.lua's KEYS (of one lock).
 func (n *Names) ExtendKeys() []any { return n.Keys[LockKey : LimitKey+1 : LimitKey+1] }
 
-// ExtendKeysShort are the KEYS of a short group of extend.lua: a lock
+// ExtendKeysShort are renew.lua's KEYS (of one lock): a plain lock
 // without metadata, not regained.
 func (n *Names) ExtendKeysShort() []any { return n.Keys[LockKey : FenceKey+1 : FenceKey+1] }
 

@@ -1,27 +1,24 @@
 -- extend.lua: reset the lock's TTL if the caller still owns it; optionally
 -- take the key back where it is free. Keep the fence counter alive as long
--- as the holder.
+-- as the holder. A plain lock without metadata that is not regained has
+-- renew.lua, its path alone; this script is every other shape's.
 --
 -- It does so for one lock or several at once (a Locker's renewals of the
 -- locks due together, see the root package's renewals.go): KEYS are groups
--- of W keys, one group per lock; ARGV[1..4] are for every group, then come
--- groups of arguments, one per lock, in the same order. Every group of a
--- call has one shape, which ARGV[4] gives: W = 5 keys and 4 arguments (any
--- lock), or the short group, W = 2 keys and 2 arguments (a lock, limit "1",
--- without metadata, not regained: it reads and writes no other key; its
--- metadata is "" and its limit "1"). On a Cluster every group's keys are
--- in one slot. The reply is an array with one
+-- of 5 keys, one group per lock; ARGV[1..3] are for every group, then come
+-- groups of 4 arguments, one per lock, in the same order. On a Cluster
+-- every group's keys are in one slot. The reply is an array with one
 -- element per group, in order: the group's reply below, or its error reply.
 -- An error of one group (a key of another type) comes before that group
 -- writes anything, and the other groups run as if it were alone.
 --
--- For group g (0, 1, …), the first W of the keys that every script takes
+-- For group g (0, 1, …), the first 5 of the keys that every script takes
 -- in one order (see internal/keys):
--- KEYS[Wg+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see semaphore.lua)
--- KEYS[Wg+2] fence counter  prefix{K}:fence
--- KEYS[Wg+3] tombstones     prefix{K}:dead (see release.lua)
--- KEYS[Wg+4] metadata       prefix{K}:meta (see base.lua)
--- KEYS[Wg+5] limit          prefix{K}:limit (a semaphore's)
+-- KEYS[5g+1] lock key       prefix{K} (a string; a sorted set for a semaphore, see semaphore.lua)
+-- KEYS[5g+2] fence counter  prefix{K}:fence
+-- KEYS[5g+3] tombstones     prefix{K}:dead (see release.lua)
+-- KEYS[5g+4] metadata       prefix{K}:meta (see base.lua)
+-- KEYS[5g+5] limit          prefix{K}:limit (a semaphore's)
 -- ARGV[1] ttl            new TTL in milliseconds, counted from now
 -- ARGV[2] regain         "1" to set the key to the token when it is free: only sent
 --                        to nodes that answered -1, after a quorum of the others
@@ -30,17 +27,13 @@
 --                        nodes; "0" otherwise (a token that release.lua buried
 --                        is not set again: -1)
 -- ARGV[3] retention      ms the fence counter lives after its last use
--- ARGV[4] W              "5", or "2" for short groups (regain must be "0")
--- Then, with W = 5:
--- ARGV[4g+5] token       the owner token
--- ARGV[4g+6] metadata    "" for none; else the lock's metadata, whose TTL follows
+-- Then:
+-- ARGV[4g+4] token       the owner token
+-- ARGV[4g+5] metadata    "" for none; else the lock's metadata, whose TTL follows
 --                        the lock's (and which a regain writes again)
--- ARGV[4g+7] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
+-- ARGV[4g+6] limit       "1" for a lock, n > 1 for a semaphore, "0" for a shared
 --                        hold (a semaphore without a limit, see shared.lua)
--- ARGV[4g+8] fence       the holder's fence (a decimal string)
--- With W = 2:
--- ARGV[2g+5] token       the owner token
--- ARGV[2g+6] fence       the holder's fence
+-- ARGV[4g+7] fence       the holder's fence (a decimal string)
 --
 -- A group's reply is 1 if the key held the token (or was free and regain
 -- is "1") and its TTL was set, 0 if it holds another value (another owner,
@@ -55,15 +48,14 @@
 -- in microseconds, which is above every fence issued before (see
 -- base.lua: the counter never runs ahead of the clock), so that the next
 -- holder's fence is larger than every one issued, the other permits' of a
--- semaphore included; and a holder with metadata has
--- its fence written with it in KEYS[4] (correcting a grant that ran late on
--- this node and counted its own). The comparison is on decimal strings (length first),
+-- semaphore included; and a holder with metadata has its fence written
+-- with it in KEYS[4] (correcting a grant that ran late on this node and
+-- counted its own). The comparison is on decimal strings (length first),
 -- exact for any 64-bit value. Errors (keys of another type) come before any
 -- write.
 
 -- extend is the work of one group, given its keys as KEYS[1..5] (in the
--- order above; a short group's KEYS[3..5] are nil, and never read: see
--- ARGV[4]) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
+-- order above) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
 -- [4] metadata, [5] limit, [6] fence, [7] retention.
 local function extend(KEYS, ARGV)
   local token, fence = ARGV[1], ARGV[6]
@@ -186,30 +178,15 @@ local function extend(KEYS, ARGV)
   return 0
 end
 
-local w = tonumber(ARGV[4])
-if w ~= 5 and (w ~= 2 or ARGV[2] ~= '0') then
-  return redis.error_reply('dlock: extend.lua: groups of ' .. tostring(ARGV[4]) .. ' keys (regain ' .. tostring(ARGV[2]) .. ')')
-end
 local out = {}
-for g = 0, #KEYS / w - 1 do
-  local k = {}
-  for i = 1, w do
-    k[i] = KEYS[g * w + i]
-  end
-  local a
-  if w == 5 then
-    local o = 4 + g * 4
-    a = {ARGV[o + 1], ARGV[1], ARGV[2], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[3]}
-  else
-    local o = 4 + g * 2
-    a = {ARGV[o + 1], ARGV[1], ARGV[2], '', '1', ARGV[o + 2], ARGV[3]}
-  end
+for g = 0, #KEYS / 5 - 1 do
+  local o = 3 + g * 4
+  local k = {KEYS[g * 5 + 1], KEYS[g * 5 + 2], KEYS[g * 5 + 3], KEYS[g * 5 + 4], KEYS[g * 5 + 5]}
+  local a = {ARGV[o + 1], ARGV[1], ARGV[2], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[3]}
   -- A failed command (a key of another type) ends this group only.
   local ok, r = pcall(extend, k, a)
-  if not ok then
-    if type(r) ~= 'table' then
-      r = redis.error_reply(tostring(r))
-    end
+  if not ok and type(r) ~= 'table' then
+    r = redis.error_reply(tostring(r))
   end
   out[#out + 1] = r
 end

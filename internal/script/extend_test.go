@@ -7,24 +7,23 @@ import (
 )
 
 // TestExtendCall: the command's layout is extend.lua's header's: the keys
-// of every lock, the shared arguments once (the width of its groups last),
-// then each lock's own; a call of short groups has two keys and two
-// arguments per lock; a lock of the other shape, or past the call's
-// locks, panics.
+// of every lock, the shared arguments once, then each lock's own; a call
+// of short groups is renew.lua's, two keys and two arguments per lock; a
+// lock of the other shape, or past the call's locks, panics.
 func TestExtendCall(t *testing.T) {
 	c := NewExtendCall(2, false, "3000", "0", "60000")
 	c.Add([]any{"a", "a:fence", "a:meta", "a:limit", "a:dead"}, "ta", "", "1", "7")
 	c.Add([]any{"b", "b:fence", "b:meta", "b:limit", "b:dead"}, "tb", "m", "0", "8")
 	want := []any{"evalsha", Extend.sha, "10",
 		"a", "a:fence", "a:meta", "a:limit", "a:dead", "b", "b:fence", "b:meta", "b:limit", "b:dead",
-		"3000", "0", "60000", "5", "ta", "", "1", "7", "tb", "m", "0", "8"}
+		"3000", "0", "60000", "ta", "", "1", "7", "tb", "m", "0", "8"}
 	if got := c.Command(); !slices.Equal(got, want) {
 		t.Errorf("command %v, want %v", got, want)
 	}
 	s := NewExtendCall(2, true, "3000", "0", "60000")
 	s.AddShort([]any{"a", "a:fence"}, "ta", "7")
 	s.AddShort([]any{"b", "b:fence"}, "tb", "8")
-	want = []any{"evalsha", Extend.sha, "4", "a", "a:fence", "b", "b:fence", "3000", "0", "60000", "2", "ta", "7", "tb", "8"}
+	want = []any{"evalsha", Renew.sha, "4", "a", "a:fence", "b", "b:fence", "3000", "60000", "ta", "7", "tb", "8"}
 	if got := s.Command(); !slices.Equal(got, want) {
 		t.Errorf("short command %v, want %v", got, want)
 	}

@@ -2,7 +2,6 @@ package script
 
 import (
 	"regexp"
-	"slices"
 	"strconv"
 	"testing"
 
@@ -45,15 +44,25 @@ func TestScriptKeysOrder(t *testing.T) {
 			}
 		}
 	}
-	// extend.lua: groups of five, KEYS[Wg+1..Wg+5] (a short group: the
-	// first two).
-	ext := regexp.MustCompile(`(?m)^-- KEYS\[Wg\+(\d)\] +[a-z ]+ +(prefix\{K\}\S*)`).FindAllStringSubmatch(Extend.Source(), -1)
-	if len(ext) != len(n.ExtendKeys()) || !slices.Equal(n.ExtendKeysShort(), n.ExtendKeys()[:2]) {
-		t.Fatalf("extend.lua: %d KEYS per group in its header, %d passed", len(ext), len(n.ExtendKeys()))
-	}
-	for i, m := range ext {
-		if want := "p" + m[2][len("prefix"):]; m[1] != strconv.Itoa(i+1) || n.ExtendKeys()[i] != any(want) {
-			t.Errorf("extend.lua: KEYS[Wg+%s] is %s in its header; the callers pass %v", m[1], want, n.ExtendKeys()[i])
+	// extend.lua: groups of five, KEYS[5g+1..5g+5]; renew.lua: pairs,
+	// KEYS[2g+1..2g+2].
+	for _, s := range []struct {
+		name string
+		src  string
+		w    string
+		keys []any
+	}{
+		{"extend.lua", Extend.Source(), "5", n.ExtendKeys()},
+		{"renew.lua", Renew.Source(), "2", n.ExtendKeysShort()},
+	} {
+		ms := regexp.MustCompile(`(?m)^-- KEYS\[`+s.w+`g\+(\d)\] +[a-z ]+ +(prefix\{K\}\S*)`).FindAllStringSubmatch(s.src, -1)
+		if len(ms) != len(s.keys) {
+			t.Fatalf("%s: %d KEYS per group in its header, %d passed", s.name, len(ms), len(s.keys))
+		}
+		for i, m := range ms {
+			if want := "p" + m[2][len("prefix"):]; m[1] != strconv.Itoa(i+1) || s.keys[i] != any(want) {
+				t.Errorf("%s: KEYS[%sg+%s] is %s in its header; the callers pass %v", s.name, s.w, m[1], want, s.keys[i])
+			}
 		}
 	}
 }

@@ -51,36 +51,7 @@
 -- (a semaphore or shared holds: 1 if ARGV[1] was a live permit, and it is
 -- removed either way).
 --
--- The next waiter is the live registration with the lowest queue position;
--- registrations whose lease ran out (their process died) are dropped on the
--- way. It is removed from the set and told "w WAITER" on its process's
--- inbox channel, so exactly one waiting process hears of the release and
--- attempts. The waiter after it is told "s WAITER": it stands in, attempting
--- after a short delay unless it is woken first, in case the woken one died
--- without leaving the queue. With ARGV[3] > 0 the lock is not deleted but set
--- to "~WAITER" for ARGV[3] ms, so a newcomer cannot barge in ahead of the
--- woken waiter; if that waiter is gone, the reservation expires.
--- Shared holds (see shared.lua) wake nobody while another hold or
--- reservation of the key is live: the last one wakes the next waiter. When
--- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), the waiters
--- after it up to the next exclusive one are woken too, each with a
--- reservation "~WAITER" in the key's sorted set: 100 of them at most in
--- this script, and each one woken, once it takes its hold, wakes the
--- shared waiters then at the head of the queue (shared.lua), so that
--- every shared waiter queued before the next writer is woken, in batches;
--- the stand-in is the waiter after the first batch. A semaphore's release
--- wakes one waiter, whatever it waits for. A writer woken keeps its
--- intent, at its position: ahead of every reader still queued (see
--- shared.lua).
--- A leaving writer (ARGV[4]) whose intent kept shared waiters out wakes the
--- shared waiters at the head of the queue (100 at most, then as above)
--- when no exclusive hold keeps them out; a writer's registration dropped
--- on the way (dead, or heard by nobody) takes its intent with it.
--- With ARGV[7] = "1", a waiter whose inbox nobody listens to (its process
--- closed its Locker or died: the server dropped the subscription with the
--- connection) is passed over, for the woken waiter and for the stand-in
--- alike, and removed from the waiting set: the release goes to the first
--- waiter that can hear of it.
+-- Which waiters a release wakes, and how: see wake.lua.
 local now = false -- server ms, read when needed
 local function clock()
   if not now then
@@ -219,18 +190,6 @@ if redis.call('PTTL', KEYS[3]) > life then
   redis.call('PEXPIRE', KEYS[3], life)
 end
 if nxt then
-  -- The stand-in: the next registration that hears of it; those nobody
-  -- hears are dropped on the way. (Its lease is not read: one that ran out
-  -- is dropped by the release that pops it.)
-  for _ = 1, 16 do
-    local after = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-    if not after then
-      break
-    end
-    if tell(after, 's') then
-      break
-    end
-    dropWaiter(after)
-  end
+  standIn()
 end
 return 1

@@ -43,6 +43,8 @@ var (
 	lockSrc string
 	//go:embed unlock.lua
 	unlockSrc string
+	//go:embed renew.lua
+	renewSrc string
 	//go:embed time.lua
 	timeSrc string
 
@@ -56,9 +58,11 @@ var (
 	Release   = newScript(include(releaseSrc), 8)
 	Extend    = newScript(extendSrc, 5)
 	Raise     = newScript(raiseSrc, 4)
-	// A plain lock's everyday path: lock.lua and unlock.lua.
+	// A plain lock's everyday path: lock.lua, unlock.lua and renew.lua
+	// (whose number of keys, two per lock, varies: see ExtendCall).
 	Lock   = newScript(lockSrc, 3)
 	Unlock = newScript(unlockSrc, 2)
+	Renew  = newScript(renewSrc, 2)
 	Time   = newScript(timeSrc, 1)
 )
 
@@ -241,37 +245,41 @@ func (a *ReleaseArgs) Command(keys []any) []any {
 	return Release.command(keys, a.Expected, a.InboxPrefix, a.Reserve, a.Leaving, a.Wake, a.Metadata, a.Listeners, a.Bury, a.Retention, a.SlotTag)
 }
 
-// An ExtendCall builds the command of extend.lua for several locks at
-// once (see its header): the arguments that every lock shares, then each
-// lock's keys and own arguments, in order; every lock of a call in one
-// shape, whole or short.
+// An ExtendCall builds the command of extend.lua, or of renew.lua, for
+// several locks at once (see their headers): the arguments that every lock
+// shares, then each lock's keys and own arguments, in order; every lock of
+// a call in one shape: whole (extend.lua) or short (renew.lua: a plain lock
+// without metadata, not regained).
 type ExtendCall struct {
+	script       *Script
 	args         []any
 	n, j         int
 	keys, ownArg int // per lock: 5 and 4, or 2 and 2 (short)
 }
 
-var (
-	extendWhole any = "5"
-	extendShort any = "2"
-)
-
 // NewExtendCall starts the command for n locks, with their TTL, regain and
-// retention arguments. short makes it a call of short groups (see
-// extend.lua): its locks are added with AddShort, regain is "0".
+// retention arguments. short makes it a call of renew.lua: its locks are
+// added with AddShort, and regain must be "0".
 func NewExtendCall(n int, short bool, ttl, regain, retention any) *ExtendCall {
-	c := &ExtendCall{n: n, keys: 5, ownArg: 4}
-	width := extendWhole
+	c := &ExtendCall{script: Extend, n: n, keys: 5, ownArg: 4}
+	shared := 3
 	if short {
-		c.keys, c.ownArg, width = 2, 2, extendShort
+		c.script, c.keys, c.ownArg, shared = Renew, 2, 2, 2
 	}
-	a := make([]any, 7+n*(c.keys+c.ownArg))
-	a[0], a[1], a[2] = "evalsha", Extend.sha, strconv.Itoa(n*c.keys)
+	a := make([]any, 3+shared+n*(c.keys+c.ownArg))
+	a[0], a[1], a[2] = "evalsha", c.script.sha, strconv.Itoa(n*c.keys)
 	o := 3 + n*c.keys
-	a[o], a[o+1], a[o+2], a[o+3] = ttl, regain, retention, width
+	if short {
+		a[o], a[o+1] = ttl, retention
+	} else {
+		a[o], a[o+1], a[o+2] = ttl, regain, retention
+	}
 	c.args = a
 	return c
 }
+
+// Script is the script the call runs: extend.lua, or renew.lua.
+func (c *ExtendCall) Script() *Script { return c.script }
 
 // Add adds the next lock of a whole call: its keys (its ExtendKeys) and
 // own arguments. It panics past the n locks of NewExtendCall, or in a call
@@ -296,7 +304,7 @@ func (c *ExtendCall) next(keys []any, width int) int {
 		panic("script: ExtendCall: a lock past its locks, or of another shape")
 	}
 	copy(c.args[3+c.j*c.keys:], keys)
-	o := 7 + c.n*c.keys + c.j*c.ownArg
+	o := len(c.args) - (c.n-c.j)*c.ownArg
 	c.j++
 	return o
 }
@@ -304,7 +312,8 @@ func (c *ExtendCall) next(keys []any, width int) int {
 // Command is the command, once every lock was added.
 func (c *ExtendCall) Command() []any { return c.args }
 
-// ExtendReplies reads extend.lua's reply (see its header) for n groups:
+// ExtendReplies reads extend.lua's or renew.lua's reply (see their
+// headers) for n groups:
 // each group's integer, or the error of its group (err, a call's error,
 // is every group's).
 func ExtendReplies(v any, err error, n int) ([]int64, []error) {

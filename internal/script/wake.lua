@@ -11,6 +11,40 @@
 -- set, KEYS[7] the waiter leases (and the writers' intents' ends, "i:"
 -- .. WAITER), KEYS[8] the writers (see shared.lua's "Shared holds").
 
+-- What a release wakes (release.lua; shared.lua wakes readers the same way).
+-- The next waiter is the live registration with the lowest queue position;
+-- registrations whose lease ran out (their process died) are dropped on the
+-- way. It is removed from the set and told "w WAITER" on its process's
+-- inbox channel, so exactly one waiting process hears of the release and
+-- attempts. The waiter after it is told "s WAITER": it stands in, attempting
+-- after a short delay unless it is woken first, in case the woken one died
+-- without leaving the queue. With release.lua's ARGV[3] > 0 the lock is
+-- not deleted but set to "~WAITER" for ARGV[3] ms, so a newcomer cannot
+-- barge in ahead of the woken waiter; if that waiter is gone, the
+-- reservation expires.
+-- Shared holds (see shared.lua) wake nobody while another hold or
+-- reservation of the key is live: the last one wakes the next waiter. When
+-- the woken waiter is a shared hold's ("LOCKERID:rSEQ:KEY"), the waiters
+-- after it up to the next exclusive one are woken too, each with a
+-- reservation "~WAITER" in the key's sorted set: 100 of them at most in
+-- this script, and each one woken, once it takes its hold, wakes the
+-- shared waiters then at the head of the queue (shared.lua), so that
+-- every shared waiter queued before the next writer is woken, in batches;
+-- the stand-in is the waiter after the first batch. A semaphore's release
+-- wakes one waiter, whatever it waits for. A writer woken keeps its
+-- intent, at its position: ahead of every reader still queued (see
+-- shared.lua).
+-- A leaving writer (release.lua's ARGV[4]) whose intent kept shared
+-- waiters out wakes the shared waiters at the head of the queue (100 at
+-- most, then as above) when no exclusive hold keeps them out; a writer's
+-- registration dropped on the way (dead, or heard by nobody) takes its
+-- intent with it.
+-- With LISTENERS = "1", a waiter whose inbox nobody listens to (its process
+-- closed its Locker or died: the server dropped the subscription with the
+-- connection) is passed over, for the woken waiter and for the stand-in
+-- alike, and removed from the waiting set: the release goes to the first
+-- waiter that can hear of it.
+
 -- tell publishes msg to waiter w's inbox; it reports false when nobody can
 -- have heard it (see LISTENERS).
 local function tell(w, msg)
@@ -84,5 +118,22 @@ local function wakeReaders(n, woken, clock)
         return
       end
     end
+  end
+end
+
+-- standIn tells the stand-in, the first registration left in the waiting
+-- set that hears of it ("s WAITER"); those nobody hears are dropped on the
+-- way, 16 at most. (Its lease is not read: one that ran out is dropped by
+-- the release that pops it.)
+local function standIn()
+  for _ = 1, 16 do
+    local after = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+    if not after then
+      return
+    end
+    if tell(after, 's') then
+      return
+    end
+    dropWaiter(after)
   end
 end
