@@ -348,7 +348,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 					}
 					var held int64
 					for _, m := range ms {
-						n, err := l.runRelease(ctx, i, c, nm, m, "", true, true, false)
+						n, err := l.runRelease(ctx, i, c, nm, m, "", true, anyShape, false)
 						if err != nil {
 							return held, err
 						}
@@ -362,7 +362,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 				if err != nil {
 					return 0, err
 				}
-				n, err := l.runRelease(ctx, i, c, nm, v, "", true, true, false)
+				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false)
 				if err != nil || n == 1 {
 					return n, err
 				}

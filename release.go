@@ -171,13 +171,19 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	// A plain lock of a Locker that never waited sends unlock.lua, which
 	// finds no waiters most of the time (and needs a TTL within the
 	// counter's retention); release.lua otherwise.
-	lean := k.short() && ttl <= l.cfg.fenceRetention && !l.waitedBefore()
+	shape := anyShape
+	if k.short() && ttl <= l.cfg.fenceRetention {
+		shape = plainInRetention
+	} else if k.metadata == "" {
+		shape = noMetadata
+	}
+	lean := shape == plainInRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
 			if lean {
 				return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
 			}
-			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, k.metadata != "", false)
+			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, shape, false)
 		}),
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
@@ -218,7 +224,7 @@ func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, 
 	if err := ctx.Err(); err != nil {
 		return 0, err // out of time for the second command (see attemptCmd.run)
 	}
-	return l.runRelease(ctx, i, c, nm, token, "", true, false, false)
+	return l.runRelease(ctx, i, c, nm, token, "", true, plainInRetention, false)
 }
 
 // noSlotTag is release.lua's slot tag off a Cluster.
@@ -238,26 +244,39 @@ func (l *Locker) waker(i int, nm *keys.Names) script.Waker {
 	return wk
 }
 
+// What a release knows of the lock it releases (see runRelease).
+type releaseShape uint8
+
+const (
+	anyShape         releaseShape = iota // metadata may be stored, the counter's life may need shortening
+	noMetadata                           // no metadata stored
+	plainInRetention                     // a plain lock without metadata whose TTL is within the retention
+)
+
 // runRelease runs release.lua with c, node i's client: expected is the
 // owner token or a reservation "~ID"; leaving is a waiter id to remove from
-// the queue, or ""; wake says whether to wake the next waiter; meta whether
-// the owner may have stored metadata; bury whether
-// to leave a tombstone for expected, a dead token of which a command may
-// still run (see cleaner).
-func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake, meta, bury bool) (int64, error) {
-	var w, m, tomb any = "0", "0", "0"
+// the queue, or ""; wake says whether to wake the next waiter; shape what
+// the release knows of the lock (plainInRetention: the counter, whose life
+// every acquisition and renewal set to the retention, needs no change);
+// bury whether to leave a tombstone for expected, a dead token of which a
+// command may still run (see cleaner).
+func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake bool, shape releaseShape, bury bool) (int64, error) {
+	var w, m, tomb, life any = "0", "1", "0", l.retentionArg
 	if wake {
 		w = "1"
 	}
-	if meta {
-		m = "1"
+	if shape != anyShape {
+		m = "0"
+	}
+	if shape == plainInRetention {
+		life = ""
 	}
 	if bury {
 		tomb = buryForArg
 	}
 	wk := l.waker(i, nm)
 	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: wk.InboxPrefix, Reserve: wk.Reserve, Leaving: leaving,
-		Wake: w, Metadata: m, Listeners: wk.Listeners, Bury: tomb, Retention: l.retentionArg, SlotTag: wk.SlotTag}
+		Wake: w, Metadata: m, Listeners: wk.Listeners, Bury: tomb, Retention: life, SlotTag: wk.SlotTag}
 	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys()))
 	return script.IntReply("release", v, err)
 }

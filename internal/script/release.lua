@@ -33,7 +33,9 @@
 -- ARGV[9] retention      ms the fence counter lives after its last use: once
 --                        the lock (or a semaphore's last permit) is released,
 --                        the counter, kept as long as its holders, lives this
---                        long from now (see extend.lua)
+--                        long from now (see extend.lua); "": leave its life
+--                        alone (a plain lock whose TTL is within the
+--                        retention, which every acquisition and renewal gave it)
 -- ARGV[10] slot tag      on a Cluster, a text in KEYS[2]'s hash slot; "" or
 --                        absent elsewhere. A waiter whose Locker listens on
 --                        sharded pub/sub (its LOCKERID ends in "s") is told
@@ -182,12 +184,14 @@ else
   redis.call('DEL', KEYS[2])
 end
 -- The counter outlives the last holder by the retention.
-local life = tonumber(ARGV[9])
-if last then
-  life = math.max(life, tonumber(last) - clock())
-end
-if redis.call('PTTL', KEYS[3]) > life then
-  redis.call('PEXPIRE', KEYS[3], life)
+if ARGV[9] ~= '' then
+  local life = tonumber(ARGV[9])
+  if last then
+    life = math.max(life, tonumber(last) - clock())
+  end
+  if redis.call('PTTL', KEYS[3]) > life then
+    redis.call('PEXPIRE', KEYS[3], life)
+  end
 end
 if nxt then
   standIn()
