@@ -232,6 +232,9 @@ func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (s
 	case a.regs != nil:
 		reg := a.regs[i]
 		w := script.Waiter{Member: reg.member, Lease: waiterLeaseArg, Position: reg.pos, Queued: reg.queued, Refresh: reg.refresh}
+		if reg.queued == queuedPopped && (a.shared || a.argv.Limit != any("1")) {
+			w.Queued = "1" // only a lock's grant (acquire.lua) knows "p"
+		}
 		if a.shared {
 			args = a.argv.SharedWaiterCommand(a.nm.AcquireKeys(), w, a.l.waker(i, a.nm))
 		} else {
@@ -282,13 +285,13 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 			// free it.
 			r.failed(l, rs.Node, script.BadReply("the lock key %s holds a value without expiry, which dlock did not write", nm.Lock()))
 			if ks != nil {
-				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos) // to remove it when leaving
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos, rs.Val.Intent) // to remove it when leaving
 			}
 		default:
 			r.refusal()
 			r.timeBy(l, rs.Val.PTTL)
 			if ks != nil {
-				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos)
+				ks.registered(rs.Node, regs[rs.Node], rs.Val.Pos, rs.Val.Intent)
 			}
 		}
 	}

@@ -13,6 +13,12 @@ type nodeWait struct {
 	// maybe: an attempt that registers went unanswered, and may write the
 	// registration when the node resumes, whatever a later reply says.
 	maybe bool
+	// popped: a release popped the registration from the waiting set (it
+	// woke this waiter) and no reply said it was written again since.
+	popped bool
+	// intent: a reply said the waiter wrote its intent (a writer waiting
+	// for shared holds), which only its grant or its leaving removes.
+	intent bool
 }
 
 // waiterMember names this Locker's waiter for key; seq tells apart waiters of
@@ -41,6 +47,11 @@ type nodeReg struct {
 	member, pos, queued, refresh string
 }
 
+// queuedPopped is nodeReg.queued for a waiter that a release popped from
+// the waiting set, without an intent: its grant removes only its lease
+// (acquire.lua's ARGV[9] "p"; other shapes' scripts take it as "1").
+const queuedPopped = "p"
+
 // registration returns what an attempt passes to each node. A node may
 // register the waiter only once this Locker's inbox is subscribed there, so
 // that no release goes unheard. A registration is rewritten when it was
@@ -59,7 +70,10 @@ func (ks *keyState) registration(ready []bool) []nodeReg {
 		}
 		nw := &ks.nodes[i]
 		regs[i] = nodeReg{member: ks.member, pos: nw.pos, queued: "0", refresh: "0"}
-		if nw.queued || nw.maybe {
+		switch {
+		case nw.popped && !nw.maybe && !nw.intent:
+			regs[i].queued = queuedPopped
+		case nw.queued || nw.maybe:
 			regs[i].queued = "1"
 		}
 		if nw.regAt.IsZero() || time.Since(nw.regAt) > waiterLease/3 {
@@ -69,8 +83,9 @@ func (ks *keyState) registration(ready []bool) []nodeReg {
 	return regs
 }
 
-// registered records a failed attempt's answer from node i.
-func (ks *keyState) registered(i int, reg nodeReg, pos string) {
+// registered records a failed attempt's answer from node i (intent: it
+// says the waiter wrote its intent).
+func (ks *keyState) registered(i int, reg nodeReg, pos string, intent bool) {
 	if reg.member == "" || pos == "" || pos == "0" {
 		return
 	}
@@ -83,7 +98,8 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string) {
 		return
 	}
 	nw := &ks.nodes[i]
-	nw.pos, nw.queued = pos, true
+	nw.pos, nw.queued, nw.popped = pos, true, false
+	nw.intent = nw.intent || intent
 	if reg.refresh == "1" || reg.pos == "0" {
 		nw.regAt = time.Now()
 	}

@@ -172,13 +172,17 @@ func (ks *keyState) signal() {
 	}
 }
 
-// woken handles a release that woke this waiter: the release popped the
-// registration, so it is written again if the attempt fails.
-func (ks *keyState) woken() {
+// woken handles a release on node i that woke this waiter: the release
+// popped the registration there, so it is written again if the attempt
+// fails.
+func (ks *keyState) woken(i int) {
 	ks.mu.Lock()
 	ks.stopStandIn()
 	for i := range ks.nodes {
 		ks.nodes[i].regAt = time.Time{}
+	}
+	if i < len(ks.nodes) {
+		ks.nodes[i].popped = true
 	}
 	ks.mu.Unlock()
 	ks.signal()
@@ -254,7 +258,7 @@ func (l *Locker) deliver(i int, payload string) {
 		l.leave(i, l.names(key), member, 1)
 	case !current:
 	case kind == "w":
-		ks.woken()
+		ks.woken(i)
 	case kind == "s":
 		ks.standInFor()
 	}

@@ -34,7 +34,9 @@
 --                        hold's waiter (see release.lua for its use)
 -- ARGV[7] waiter lease   ms a registration lives without being refreshed
 -- ARGV[8] position       the waiter's queue position from an earlier reply, "0" for new
--- ARGV[9] queued         "1" if the waiter may sit in the waiting set (remove it on success)
+-- ARGV[9] queued         "1" if the waiter may sit in the waiting set (remove it on success);
+--                        "p" if a release popped it (it wrote no intent and was
+--                        not registered since): only its lease is left to remove
 -- ARGV[10] refresh       "1" to write the registration on failure even if it
 --                        is still there (it was popped, or its lease is old)
 -- ARGV[11..14], only for a shared hold's waiter (absent: its grant wakes no
@@ -72,8 +74,9 @@
 -- ms (0 when it expires within the millisecond, -1 when the key has no expiry,
 -- -3 when it is reserved for a woken waiter, so the wait should not be timed
 -- by it); position is the caller's queue position when it is registered as a
--- waiter, else 0. A waiter whose registration vanished (a restart, an
--- eviction, a flush) is registered again.
+-- waiter, else 0; an exclusive waiter that wrote its intent (see shared.lua)
+-- gets a fourth element, 1. A waiter whose registration vanished (a
+-- restart, an eviction, a flush) is registered again.
 --
 -- A token that release.lua buried (a clean-up after this very command,
 -- which reached the server late) is refused with {0, -4, 0}, and nothing
@@ -93,7 +96,8 @@
 -- which undoes the first.
 local token, metadata = ARGV[1], ARGV[4]
 local waiter = ARGV[6] or ''
-local queued = ARGV[9] == '1'
+local popped = ARGV[9] == 'p'
+local queued = ARGV[9] == '1' or popped
 local exclusive = ARGV[5] == '1'
 
 -- buried reports whether the token was buried (see "Returns" above): every path

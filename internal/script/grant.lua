@@ -30,7 +30,12 @@ local function done(c, own, last, now)
       redis.call('PEXPIRE', KEYS[5], ARGV[2])
     end
   end
-  -- The waiter's entries go (keys of another type: left alone).
+  -- The waiter's entries go (keys of another type: left alone). A popped
+  -- waiter (see ARGV[9]) has only its lease left.
+  if popped then
+    redis.pcall('HDEL', KEYS[7], waiter)
+    return {1, fence}
+  end
   if queued then
     redis.pcall('ZREM', KEYS[1], waiter)
     redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter)

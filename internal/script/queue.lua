@@ -117,6 +117,8 @@ local function busy(pttl, intent)
     pos = p
     if intent then
       intend(pos)
+      pruneIntents()
+      return {0, pttl, pos, 1} -- tells the waiter that it has an intent
     end
   end
   pruneIntents()

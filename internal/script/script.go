@@ -395,6 +395,9 @@ type AcquireReply struct {
 	Fence uint64
 	PTTL  int64
 	Pos   string
+	// Intent: the waiter wrote its intent (an exclusive waiter of shared
+	// holds), which its grant must remove.
+	Intent bool
 }
 
 // ParseAcquire reads the reply of an acquisition's script (see base.lua).
@@ -422,6 +425,7 @@ func ParseAcquire(v any) (AcquireReply, error) {
 			r.Pos = strconv.FormatInt(p, 10)
 		}
 	}
+	r.Intent = len(arr) > 3 && arr[3] == any(int64(1))
 	return r, nil
 }
 
