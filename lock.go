@@ -48,7 +48,9 @@ type Lock struct {
 	// lost or released.
 	lostCh chan struct{}
 	// lost: ownership ended while held (or Close took the lock back).
-	lost, released bool
+	// detached: Detach ended it here, without a release (released is set
+	// too: the lock is dead to this process, and nothing is cleaned up).
+	lost, released, detached bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound

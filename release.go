@@ -45,6 +45,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return fmt.Errorf("%w: Release on a nil *Lock", ErrNotHeld)
 	}
+	if err := k.detachedErr("release"); err != nil {
+		return err
+	}
 	return k.release(ctx).err
 }
 

@@ -43,6 +43,9 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
 	}
 	if !k.held() {
+		if err := k.detachedErr("extend"); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))
