@@ -120,6 +120,11 @@ func testDetachAdopt(t *testing.T, first, second *dlock.Locker, shapeOpts []dloc
 	if err != nil || !st.Held || st.Fence < h.Fence {
 		t.Fatalf("3 TTLs after Adopt: Status %+v, %v", st, err)
 	}
+	// Handed on again, once the grant's own TTL is long gone: the fence is
+	// still the grant's (a renewal keeps it in Redis).
+	if k2, err = second.Adopt(ctx(t), h.Key, k2.Detach().Token, adoptOpts...); err != nil || k2.Fence() != h.Fence {
+		t.Fatalf("adopted again: %v, %v (fence %d)", k2, err, h.Fence)
+	}
 	if _, err := second.ForceRelease(ctx(t), key); err != nil {
 		t.Fatal(err)
 	}
