@@ -332,3 +332,28 @@ func TestDetachInDo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAdoptUnansweredCleanedUp: an Adopt that its node does not answer (a
+// frozen Redis) fails with ErrUnavailable; once the node resumes, the
+// adopt command it ran late is undone (the key released, the token
+// buried) long before the TTL that command set, and the token is no
+// longer adoptable.
+func TestAdoptUnansweredCleanedUp(t *testing.T) {
+	first, s, c := single(t)
+	second := newLocker(t, s.Client())
+	k1, err := first.TryAcquire(ctx(t), "late", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := k1.Detach()
+	thaw := freeze(t, s)
+	_, err = second.Adopt(ctx(t), h.Key, h.Token, dlock.WithTTL(time.Minute))
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Adopt on a frozen Redis: %v", err)
+	}
+	thaw()
+	waitFor(t, func() bool { return c.Exists(ctx(t), "dlock:{late}").Val() == 0 }, "the late adopt to be undone")
+	if _, err := first.Adopt(ctx(t), h.Key, h.Token); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Adopt after a failed one: %v", err)
+	}
+}
