@@ -1,5 +1,5 @@
 -- adopt.lua: take on a hold that another process (or another Locker)
--- acquired, given its token: extend.lua's work for one whole group, with
+-- acquired, given its token: extend.lua's work for one group (one lock), with
 -- the holder's fence and metadata read on this node first, and both
 -- returned, so that Adopt is one round trip. It writes only what
 -- extend.lua writes for the holder (the lock's TTL, the counter's life,
@@ -59,7 +59,7 @@ local function extendScript(KEYS, ARGV)
   -- #include extend.lua
 end
 
-local out = extendScript(KEYS, {ARGV[2], '0', ARGV[3], '5', token, metadata, limit, fence or '1'})
+local out = extendScript(KEYS, {ARGV[2], '0', ARGV[3], token, metadata, limit, fence or '1'})
 local r = out[1]
 if type(r) == 'table' then
   return r -- an error reply of the group
