@@ -357,3 +357,44 @@ func TestAdoptUnansweredCleanedUp(t *testing.T) {
 		t.Fatalf("Adopt after a failed one: %v", err)
 	}
 }
+
+// TestHandoffHook: for a hook, a Detach ends the lock as EventReleased
+// (nothing else follows: no EventLost), and an Adopt is an acquisition
+// (Start, EventAttempt, EventAcquired with the fence), whose lock ends
+// with one EventReleased or EventLost as any other; a failed Adopt is
+// EventRefused.
+func TestHandoffHook(t *testing.T) {
+	rec := newRecorder()
+	l, _, _ := single(t, dlock.WithHook(rec))
+	k, err := l.TryAcquire(ctx(t), "hooked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := k.Detach()
+	k.Detach()
+	k2, err := l.Adopt(ctx(t), h.Key, h.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k2.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Adopt(ctx(t), h.Key, h.Token); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	want := "attempt acquired released attempt acquired released attempt refused"
+	if got := strings.Join(rec.kinds("hooked"), " "); got != want {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if acq := rec.of(dlock.EventAcquired); len(acq) != 2 || acq[1].Fence != h.Fence {
+		t.Fatalf("EventAcquired %+v, fence %d", acq, h.Fence)
+	}
+	if refused := rec.of(dlock.EventRefused); len(refused) != 1 || !errors.Is(refused[0].Err, dlock.ErrNotHeld) || refused[0].Result() != dlock.ResultBusy {
+		t.Fatalf("EventRefused %+v", refused)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.starts["hooked"] != 3 || rec.badCtx != 0 {
+		t.Fatalf("starts %d, events with another context %d", rec.starts["hooked"], rec.badCtx)
+	}
+}
