@@ -12,11 +12,12 @@ import (
 
 // TestAcquireExtendRelease: dlock acquire prints "TOKEN FENCE" and leaves
 // the lock held with no renewal; extend and release act on it by token,
-// owner-checked (76 for a token that does not hold it), on one Redis and a
-// Redlock, for a lock and a permit.
+// owner-checked (76 for a token that does not hold it), on one Redis, a
+// Redlock and a Cluster, for a lock, a permit and a shared hold.
 func TestAcquireExtendRelease(t *testing.T) {
 	one := dlocktest.Start(t)
 	three := dlocktest.StartN(t, 3)
+	cluster := dlocktest.StartCluster(t, 3)
 	var urls []string
 	for _, s := range three {
 		urls = append(urls, "redis://"+s.Addr())
@@ -30,6 +31,8 @@ func TestAcquireExtendRelease(t *testing.T) {
 		{"Redlock", []string{"--redis", strings.Join(urls, ",")}, nil},
 		{"permit", []string{"--redis", "redis://" + one.Addr()}, []string{"--limit", "2"}},
 		{"shared", []string{"--redis", strings.Join(urls, ",")}, []string{"--shared"}},
+		{"Cluster", []string{"--cluster", "--redis", "redis://" + cluster.Servers[0].Addr()}, nil},
+		{"Cluster permit", []string{"--cluster", "--redis", "redis://" + cluster.Servers[0].Addr()}, []string{"--limit", "3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "job-" + strings.ReplaceAll(tc.name, " ", "-")
