@@ -14,7 +14,7 @@ import (
 // Extend sets the lock's TTL to ttl from now, on every node, if the caller
 // still owns it; later auto-renewals use the new TTL too. It returns an error
 // wrapping ErrNotHeld (and Lost closes) if the lock is no longer ours, or was
-// released. It waits for a renewal under way to finish first, and returns
+// released or detached (see Detach: nothing is sent then). It waits for a renewal under way to finish first, and returns
 // ctx's error if ctx ends meanwhile (nothing was sent then).
 //
 // Any other error (a node that did not answer, for example) means the new
