@@ -14,7 +14,8 @@ import (
 // it can no longer be guaranteed, and storage that checks the Fence can
 // reject a stale owner's writes.
 type Lock struct {
-	// Set by newLock and never changed: read without a lock.
+	// Set by newLock (fence and metadata by Adopt's round, before the lock
+	// is shared) and never changed: read without a lock.
 	l        *Locker
 	key      string
 	names    *keys.Names
