@@ -115,6 +115,11 @@ func (k *Lock) detachedErr(verb string) error {
 // Adopt of the same token may fail with ErrNotHeld, and then the key is
 // free for others once the nodes that held it let go. An Adopt whose
 // command ran twice (a retry of the client) sets the same TTL twice.
+//
+// The token is the capability: Adopt does not exclude another Adopt of the
+// same token (two *Lock would then renew one hold, each believing it
+// exclusive), nor a first holder that did not Detach. Hand a token to one
+// process, and Detach before handing it.
 func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOption) (*Lock, error) {
 	cfg, err := l.lockConfig(key, opts)
 	if err != nil {
