@@ -97,6 +97,12 @@
 //     fence the term, and Release resigns. [Locker.Leader] reads the leader,
 //     [Locker.Observe] streams each change.
 //   - [WithMetadata] and [Locker.Status]: who holds a key, for operators.
+//   - [Lock.Detach] and [Locker.Adopt]: a hold handed to another process
+//     (acquire in an API, release in a worker). Detach stops renewing here
+//     and releases nothing; Adopt confirms on a quorum that the token holds
+//     the key and returns a Lock with renewal, Lost (its validity counted
+//     from Adopt's own round) and the original fence. `dlock acquire`,
+//     `dlock extend --token` and `dlock release --token` are its shell form.
 //
 // # Observability
 //

@@ -409,3 +409,31 @@ func ExampleLocker_AcquireAll() {
 	fmt.Println("holding", locks[0].Key(), "and", locks[1].Key())
 	// Output: holding example:account:7 and example:account:3
 }
+
+func ExampleLocker_Adopt() {
+	// Two processes: an API that takes the lock and a worker that holds it
+	// until the job is done (here two Lockers, each with its own client).
+	api := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer api.Close()
+	apiLocker := dlock.New(api)
+	defer apiLocker.Close()
+	lock, err := apiLocker.TryAcquire(context.Background(), "example:job")
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	h := lock.Detach() // stops renewing here, releases nothing: send h to the worker
+
+	worker := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer worker.Close()
+	workerLocker := dlock.New(worker)
+	defer workerLocker.Close()
+	adopted, err := workerLocker.Adopt(context.Background(), h.Key, h.Token)
+	if err != nil {
+		fmt.Println("not adopted:", err) // ErrNotHeld: it expired or was taken meanwhile
+		return
+	}
+	defer adopted.Release(context.Background())
+	fmt.Println("the worker holds", adopted.Key(), "with the same fence:", adopted.Fence() == h.Fence)
+	// Output: the worker holds example:job with the same fence: true
+}

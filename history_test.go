@@ -44,6 +44,9 @@ type record struct {
 	Valid  int64  `json:"valid,omitempty"`  // end: the lock's ValidUntil, Unix ns
 	Err    string `json:"err,omitempty"`
 	Closed bool   `json:"closed,omitempty"`
+	// end: the section went on under a lock that another Locker adopted
+	// (Detach, Adopt: see handOver).
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 const (
@@ -57,11 +60,7 @@ func historyWorker() int {
 	w, _ := strconv.Atoi(os.Getenv("DLOCK_HISTORY_W"))
 	ttl, _ := time.ParseDuration(os.Getenv("DLOCK_HISTORY_TTL"))
 	rw := os.Getenv("DLOCK_HISTORY_RW") == "1" // two acquisitions in three shared
-	var clients []redis.UniversalClient
-	for _, a := range strings.Split(os.Getenv("DLOCK_HISTORY_ADDRS"), ",") {
-		clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
-	}
-	l, err := dlock.NewRedlock(clients)
+	l, adopter, clients, err := historyLockers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -84,6 +83,7 @@ func historyWorker() int {
 		select {
 		case <-stop:
 			l.Close()
+			adopter.Close()
 			for _, c := range clients {
 				c.Close()
 			}
@@ -107,6 +107,13 @@ func historyWorker() int {
 		}
 		emit(r)
 		emit(record{Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano(), Shared: shared})
+		handed := rnd.IntN(4) == 0
+		if handed {
+			// One section in four goes on under another Locker (see handOver).
+			if k = handOver(k, adopter, opts, emit); k == nil {
+				continue
+			}
+		}
 		// The work: mostly short; one section in ten holds the lock for
 		// 0.5 to 2.5 TTLs, renewed, so that faults hit holders too.
 		work := time.Duration(rnd.IntN(20)) * time.Millisecond
@@ -125,9 +132,42 @@ func historyWorker() int {
 		default:
 		}
 		now := time.Now()
-		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil())})
+		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil()), Adopted: handed})
 		_ = k.Release(context.Background())
 	}
+}
+
+// historyLockers are a worker's Locker and the adopter, which takes on the
+// holds that it detaches (another process's Locker, on clients of its
+// own), on the nodes of $DLOCK_HISTORY_ADDRS; clients are both's.
+func historyLockers() (l, adopter *dlock.Locker, clients []redis.UniversalClient, err error) {
+	var mine, adopters []redis.UniversalClient
+	for _, a := range strings.Split(os.Getenv("DLOCK_HISTORY_ADDRS"), ",") {
+		mine = append(mine, redis.NewClient(&redis.Options{Addr: a}))
+		adopters = append(adopters, redis.NewClient(&redis.Options{Addr: a}))
+	}
+	clients = append(mine, adopters...)
+	if l, err = dlock.NewRedlock(mine); err == nil {
+		adopter, err = dlock.NewRedlock(adopters)
+	}
+	return l, adopter, clients, err
+}
+
+// handOver detaches k and adopts its hold with adopter: the adopted lock,
+// or nil once it has recorded the end of the section (emit) when the
+// Adopt failed: ownership was guaranteed until the detached lock's
+// validity at most, and not past the Adopt's return.
+func handOver(k *dlock.Lock, adopter *dlock.Locker, opts []dlock.LockOption, emit func(record)) *dlock.Lock {
+	h := k.Detach()
+	ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+	defer cancel()
+	k2, err := adopter.Adopt(ctx, h.Key, h.Token, opts...)
+	if err != nil {
+		now := time.Now()
+		emit(record{Kind: "end", Fence: h.Fence, At: now.UnixNano(), Lost: true, Valid: recordedValid(now, k.ValidUntil()), Err: "adopt: " + errClass(err)})
+		return nil
+	}
+	return k2
 }
 
 // recordedValid is a lock's ValidUntil on the wall clock, as a worker records
@@ -442,7 +482,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	defer h.mu.Unlock()
 	var secs []section
 	open := map[int]*section{}
-	attempts, failures := 0, map[string]int{}
+	attempts, adopted, failures := 0, 0, map[string]int{}
 	var longest time.Duration
 	for _, r := range h.recs {
 		switch r.Kind {
@@ -460,6 +500,15 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 			}
 			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At, shared: r.Shared}
 		case "end":
+			if r.Adopted {
+				adopted++
+			}
+			if strings.HasPrefix(r.Err, "adopt: ") {
+				failures[r.Err]++
+			}
+			if s := open[r.W]; s != nil && r.Fence != s.fence {
+				errorf("worker %d ended fence %d with fence %d (a hand-over changed it)", r.W, s.fence, r.Fence)
+			}
 			if s := open[r.W]; s != nil {
 				// Ownership is guaranteed until ValidUntil; a worker that
 				// sees Lost later was slow (a pause), which the fences, not
@@ -567,9 +616,9 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, violations %d",
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), violations %d",
 		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), violations)
+		worst.Round(time.Millisecond), adopted, violations)
 }
 
 // killedAfter returns the first time worker w was killed after from.

@@ -61,20 +61,22 @@ const (
 	// ErrClosed, without detail). An Acquire that waits makes one per
 	// wake-up.
 	EventAttempt EventKind = iota + 1
-	// EventAcquired: Acquire, TryAcquire, Do or Campaign got the lock
+	// EventAcquired: Acquire, TryAcquire, Do, Campaign or Adopt got the lock
 	// after Attempt attempts and Wait since it began; Fence, TTL and Limit
 	// are the lock's.
 	EventAcquired
 	// EventRefused: the acquisition ended without the lock, with the error
 	// the call returns (Err: ErrNotAcquired, ErrUnavailable,
 	// ErrMisconfigured, ErrClosed, with ctx's error, or ErrInvalid for a
-	// limit other than the holders'), after Attempt attempts and Wait.
+	// limit other than the holders'; ErrNotHeld for an Adopt whose token
+	// does not hold the key), after Attempt attempts and Wait.
 	EventRefused
 	// EventWoken: a waiting Acquire was woken, and tries again, by a
 	// release of the lock (or a stand-in for a woken waiter that did not
 	// take it, or a subscription that came back), not by its timer.
 	EventWoken
-	// EventReleased: the lock was released (its first Release call) after
+	// EventReleased: the lock was released (its first Release call), or
+	// detached (Lock.Detach: this process no longer holds it), after
 	// being held for Held. Err is nil, or what Release returns when the
 	// release was not confirmed (ErrUnavailable: the key expires after its
 	// TTL). A Release that finds the lock no longer held is an EventLost.
@@ -165,7 +167,7 @@ type Event struct {
 // Results of an acquisition or an attempt: see Event.Result.
 const (
 	ResultAcquired      = "acquired"
-	ResultBusy          = "busy"          // ErrNotAcquired: held by another owner, and the call did not wait (or no longer)
+	ResultBusy          = "busy"          // ErrNotAcquired: held by another owner, and the call did not wait (or no longer); an Adopt's ErrNotHeld: the token does not hold the key
 	ResultTimeout       = "timeout"       // the caller's deadline passed first, typically while it waited for a busy lock
 	ResultCanceled      = "canceled"      // the caller's context was cancelled first
 	ResultUnavailable   = "unavailable"   // ErrUnavailable: too few nodes answered (also when the context ended meanwhile)
@@ -204,7 +206,7 @@ func (e Event) Result() string {
 		return ResultTimeout
 	case errors.Is(err, context.Canceled):
 		return ResultCanceled
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrNotHeld):
 		return ResultBusy
 	}
 	return ""

@@ -14,7 +14,8 @@ import (
 // it can no longer be guaranteed, and storage that checks the Fence can
 // reject a stale owner's writes.
 type Lock struct {
-	// Set by newLock and never changed: read without a lock.
+	// Set by newLock (fence and metadata by Adopt's round, before the lock
+	// is shared) and never changed: read without a lock.
 	l        *Locker
 	key      string
 	names    *keys.Names
@@ -48,7 +49,9 @@ type Lock struct {
 	// lost or released.
 	lostCh chan struct{}
 	// lost: ownership ended while held (or Close took the lock back).
-	lost, released bool
+	// detached: Detach ended it here, without a release (released is set
+	// too: the lock is dead to this process, and nothing is cleaned up).
+	lost, released, detached bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound

@@ -40,10 +40,14 @@ type releaseRound struct {
 // release could not be confirmed; the key then expires after its TTL, and
 // Release may be called again. Calls made while a Release is under way wait
 // for it and return its outcome; Release after a successful Release returns
-// nil. Release on a nil *Lock returns an error wrapping ErrNotHeld.
+// nil. Release on a nil *Lock returns an error wrapping ErrNotHeld, and
+// so does Release on a detached lock (see Detach), which sends nothing.
 func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return fmt.Errorf("%w: Release on a nil *Lock", ErrNotHeld)
+	}
+	if err := k.detachedErr("release"); err != nil {
+		return err
 	}
 	return k.release(ctx).err
 }

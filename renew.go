@@ -14,8 +14,9 @@ import (
 // Extend sets the lock's TTL to ttl from now, on every node, if the caller
 // still owns it; later auto-renewals use the new TTL too. It returns an error
 // wrapping ErrNotHeld (and Lost closes) if the lock is no longer ours, or was
-// released. It waits for a renewal under way to finish first, and returns
-// ctx's error if ctx ends meanwhile (nothing was sent then).
+// released or detached (see Detach: nothing is sent then). It waits for a
+// renewal under way to finish first, and returns ctx's error if ctx ends
+// meanwhile (nothing was sent then).
 //
 // Any other error (a node that did not answer, for example) means the new
 // TTL may or may not have been applied: the command may still run in Redis,
@@ -43,6 +44,9 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", k.key, err)
 	}
 	if !k.held() {
+		if err := k.detachedErr("extend"); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
 	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))

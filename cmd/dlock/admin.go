@@ -245,18 +245,31 @@ func ttlText(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// release is dlock release --force.
+// release is dlock release --force, and dlock release --token (see
+// withToken).
 func (c *cli) release(ctx context.Context, args []string) int {
 	fs := newFlagSet("release")
 	var rf redisFlags
 	rf.register(fs, c)
 	force := fs.Bool("force", false, "delete whoever holds it")
+	token := fs.String("token", "", "release only if held by this token")
+	var shape shapeFlags
+	shape.register(fs)
 	key, code := c.keyArg(fs, args)
 	if code >= 0 {
 		return code
 	}
-	if !*force {
-		return c.usageError("release", "release deletes the lock %q whoever holds it; add --force to confirm", key)
+	switch {
+	case *force && flagSet(fs, "token"):
+		return c.usageError("release", "--force and --token do not combine: --token releases only the hold of that token, --force whoever holds it")
+	case flagSet(fs, "token") && *token == "":
+		return c.usageError("release", "--token needs the token that dlock acquire printed")
+	case flagSet(fs, "token"):
+		return c.withToken(ctx, fs, &rf, &shape, "release", key, *token, releaseTTL)
+	case flagSet(fs, "limit") || flagSet(fs, "shared"):
+		return c.usageError("release", "--limit and --shared go with --token; --force deletes every holder of %q", key)
+	case !*force:
+		return c.usageError("release", "release deletes the lock %q whoever holds it; add --force to confirm (or --token T to release the hold of that token only)", key)
 	}
 	t, code := c.open(ctx, "release", &rf)
 	if t == nil {

@@ -27,6 +27,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.status(ctx, rest)
 	case "release":
 		return c.release(ctx, rest)
+	case "acquire":
+		return c.acquireCmd(ctx, rest)
+	case "extend":
+		return c.extendCmd(ctx, rest)
 	case "demo":
 		return c.demo(ctx, rest)
 	case guardCommand:
@@ -40,7 +44,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if strings.HasPrefix(cmd, "-") {
 			return c.usageError("", "flags go after the subcommand, as in: dlock run %s ...", cmd)
 		}
-		return c.usageError("", "unknown command %q (commands: run, status, release, demo, help, version)", cmd)
+		return c.usageError("", "unknown command %q (commands: run, acquire, extend, release, status, demo, help, version)", cmd)
 	}
 }
 
@@ -101,7 +105,7 @@ func (c *cli) help(args []string) int {
 	}
 	text, ok := subUsage[args[0]]
 	if !ok {
-		return c.usageError("", "no help for %q (commands: run, status, release, demo, help, version)", args[0])
+		return c.usageError("", "no help for %q (commands: run, acquire, extend, release, status, demo, help, version)", args[0])
 	}
 	fmt.Fprint(c.stdout, text)
 	return exitOK

@@ -9,6 +9,9 @@ a fleet of hosts exactly one of them runs it at a time.
 Usage:
     dlock run [flags] KEY -- COMMAND [ARG]...   run COMMAND holding the lock KEY
     dlock status [flags] [--json] [-w] KEY      show who holds KEY, for how long (-w: every second)
+    dlock acquire [flags] KEY                   take KEY, print "TOKEN FENCE", leave it held for --ttl (no renewal)
+    dlock extend --token T [--ttl D] KEY        hold KEY for D more, if token T holds it
+    dlock release --token T KEY                 release KEY, if token T holds it
     dlock release --force [flags] KEY           delete KEY whoever holds it (admin)
     dlock demo                                  show the lock at work on local Redis servers
     dlock help [COMMAND]                        this text, or a command's
@@ -24,6 +27,11 @@ Examples:
     # Redlock over three independent Redis masters (a majority must agree).
     export DLOCK_REDIS=redis://a:6379,redis://b:6379,redis://c:6379
     dlock run report -- ./report.sh
+
+    # A lock taken in one step of a pipeline and released in another.
+    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+    dlock extend --token "$token" --ttl 10m deploy
+    dlock release --token "$token" deploy
 
     dlock status --json backup
     dlock status --watch backup      # refreshed every second, until Ctrl-C
@@ -217,24 +225,89 @@ Examples:
     dlock status --watch --interval 5s backup
     dlock status --watch --json backup | jq -c '{time, held, fence}'
 `,
-	"release": `Usage: dlock release --force [flags] KEY
+	"release": `Usage: dlock release --token TOKEN [--limit N | --shared] [flags] KEY
+       dlock release --force [flags] KEY
 
-Deletes the lock KEY on every node whoever holds it, and wakes the next
-waiter: an administrator's tool for a lock whose holder is known to be gone.
-A live holder sees its lock lost at its next renewal (dlock run then stops
-its command with exit status 76), or at its release if its command ends
-first (dlock run then exits 76 too), and may act as the holder until then;
-fencing is the defence. --force is required.
+With --token, releases the hold of KEY that TOKEN names (the token dlock
+acquire printed), only if that token still holds it, and wakes the next
+waiter: two round trips, the owner check (which sets the hold's TTL to 5s,
+what is left if the release itself cannot be confirmed) and the release.
+
+With --force, deletes the lock KEY on every node whoever holds it, and
+wakes the next waiter: an administrator's tool for a lock whose holder is
+known to be gone. A live holder sees its lock lost at its next renewal
+(dlock run then stops its command with exit status 76), or at its release
+if its command ends first (dlock run then exits 76 too), and may act as the
+holder until then; fencing is the defence.
 
 Flags:
+    --token TOKEN
+        Release only the hold of this token.
+    --limit N, --shared
+        With --token: the hold's shape, as given to dlock acquire.
     --force
-        Required: confirms that the lock is to be deleted regardless of owner.
+        Delete the lock regardless of owner. One of --token and --force is
+        required.
 ` + redisFlagsUsage + releaseVerbosityUsage + `
-Exit status: 0; 1 when some node could not be reached; 69 when none could;
-78 when Redis refused the commands; 64 on a usage error.
+Exit status: 0; 76 (with --token) when TOKEN does not hold KEY (it expired,
+was released, taken or deleted, or has another shape); 1 when some node
+could not be reached (--force); 69 when too few could; 78 when Redis
+refused the commands; 64 on a usage error.
+
+Examples:
+    dlock release --token 5f0c9a... deploy
+    dlock release --force backup
+`,
+	"acquire": `Usage: dlock acquire [flags] KEY
+
+Takes the lock KEY (waiting up to --wait), prints "TOKEN FENCE" on one line
+(the owner token, 32 hex characters, and the fence, a decimal number that
+grows with every acquisition of KEY), and exits, leaving KEY held for --ttl.
+Nothing renews it: it is free again when --ttl runs out, unless dlock extend
+renews it or dlock release releases it first (give them the token). For a
+command that runs while the lock is held and renewed, use dlock run.
+
+Flags:
+    --ttl DURATION
+        How long KEY stays held (default 30s).
+    --wait DURATION
+        How long to wait for the lock (default 0: try once).
+    --metadata TEXT
+        Who holds the lock, shown by dlock status (at most 1024 bytes).
+    --limit N
+        Take one of N permits (a semaphore), as dlock run --limit.
+    --shared
+        A shared hold, as dlock run --shared. Not with --limit.
+` + redisFlagsUsage + `
+Exit status: 0 (TOKEN FENCE printed); 75 when the lock was held elsewhere for
+all of --wait; 69 when too few Redis nodes answered; 78 when Redis refused
+the commands or KEY is held with another --limit (or --shared); 64 on a
+usage error.
 
 Example:
-    dlock release --force backup
+    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+`,
+	"extend": `Usage: dlock extend --token TOKEN [--ttl DURATION] [--limit N | --shared] [flags] KEY
+
+Sets the TTL of the hold of KEY that TOKEN names (the token dlock acquire
+printed) to --ttl from now, if that token still holds it, on a quorum of the
+nodes; the fence stays the one acquire printed. One round trip. Nothing
+renews it afterwards.
+
+Flags:
+    --token TOKEN
+        Required: the hold's token.
+    --ttl DURATION
+        How long KEY stays held from now (default 30s).
+    --limit N, --shared
+        The hold's shape, as given to dlock acquire.
+` + redisFlagsUsage + `
+Exit status: 0; 76 when TOKEN does not hold KEY (it expired, was released,
+taken or deleted, or has another shape); 69 when too few Redis nodes
+answered; 78 when Redis refused the commands; 64 on a usage error.
+
+Example:
+    dlock extend --token "$token" --ttl 10m deploy
 `,
 	"demo": `Usage: dlock demo [--short]
 
@@ -259,7 +332,8 @@ Flags:
 `,
 	"help": `Usage: dlock help [COMMAND]
 
-Prints the manual, or the manual of COMMAND (run, status, release, demo).
+Prints the manual, or the manual of COMMAND (run, acquire, extend, release,
+status, demo).
 `,
 	"version": `Usage: dlock version
 

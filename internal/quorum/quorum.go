@@ -44,6 +44,30 @@ func Decided[T any](rs []Result[T], suspects, n, need int, granted func(Result[T
 	return g >= need || f+suspects > n-need
 }
 
+// Agreed is the stop rule of a round that needs need of n nodes to grant
+// with one value (value tells a grant and its value): it has decided once
+// need nodes granted with the same value, once the nodes that did not
+// grant put need out of reach (as Decided), or once every node answered
+// or is a suspect (grants that disagree wait for the others: a refusal
+// among them may decide the round's class).
+func Agreed[T any, V comparable](rs []Result[T], suspects, n, need int, value func(Result[T]) (V, bool)) bool {
+	var counts map[V]int
+	best, f := 0, 0
+	for _, r := range rs {
+		v, ok := value(r)
+		if !ok {
+			f++
+			continue
+		}
+		if counts == nil {
+			counts = make(map[V]int, n)
+		}
+		counts[v]++
+		best = max(best, counts[v])
+	}
+	return best >= need || f+suspects > n-need || len(rs)+suspects >= n
+}
+
 // AllAnswering is the stop rule of a round that wants the answer of every
 // node that is answering: it has decided once each of the n nodes has
 // answered or is a suspect, not waited for.

@@ -179,3 +179,31 @@ func TestFor(t *testing.T) {
 		}
 	}
 }
+
+// TestAgreed: a round that needs need grants with one value decides when
+// need agree, when the refusals put need out of reach, or when every node
+// answered; grants that disagree wait for the others.
+func TestAgreed(t *testing.T) {
+	g := func(node int, v int) Result[int] { return Result[int]{Node: node, Val: v} }
+	refused := func(node int) Result[int] { return Result[int]{Node: node, Val: -1} }
+	value := func(r Result[int]) (int, bool) { return r.Val, r.Val >= 0 }
+	for _, tc := range []struct {
+		name     string
+		rs       []Result[int]
+		suspects int
+		want     bool
+	}{
+		{"three agree", []Result[int]{g(0, 7), g(1, 7), g(2, 7)}, 0, true},
+		{"three disagree", []Result[int]{g(0, 7), g(1, 8), g(2, 7)}, 0, false},
+		{"disagree, then a refusal", []Result[int]{g(0, 7), g(1, 8), refused(2)}, 0, false},
+		{"three refusals", []Result[int]{refused(0), refused(1), refused(2)}, 0, true},
+		{"two refusals and a suspect", []Result[int]{refused(0), refused(1)}, 1, true},
+		{"every node, no agreement", []Result[int]{g(0, 7), g(1, 8), g(2, 7), g(3, 8), refused(4)}, 0, true},
+		{"four and a suspect", []Result[int]{g(0, 7), g(1, 8), g(2, 7), g(3, 8)}, 1, true},
+		{"none yet", nil, 0, false},
+	} {
+		if got := Agreed(tc.rs, tc.suspects, 5, 3, value); got != tc.want {
+			t.Errorf("%s: Agreed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

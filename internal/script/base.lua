@@ -62,7 +62,8 @@
 -- string, never through a Lua number (a double, exact only below 2^53).
 -- A holder with metadata (a leader: see Campaign) also has its fence kept
 -- with its metadata, so that Status and Leader report it even if the
--- counter was lost (an eviction).
+-- counter was lost (an eviction); so does every permit (a semaphore's, a
+-- shared hold's), whose fence the counter does not tell (Adopt reads it).
 -- Nothing is written before the steps that can fail (a counter that is not a
 -- positive decimal integer or is at 2^63-1, a metadata key of another type),
 -- so a failed call changes nothing; once the lock is written, no step can

@@ -97,9 +97,14 @@ local function extend(KEYS, ARGV)
   end
   -- holder writes the holder's entries (its metadata, its fence), if it has
   -- metadata, and has them live ttl ms more (PEXPIRE), or until last
-  -- (PEXPIREAT).
+  -- (PEXPIREAT); a permit without metadata has its fence written (read by
+  -- adopt.lua).
   local function holder(ttl, last)
     if ARGV[4] == '' then
+      -- A permit's fence, for Adopt (a hash of another type: left alone).
+      if last and type(redis.pcall('HSET', KEYS[4], 'f:' .. token, fence)) == 'number' then
+        redis.call('PEXPIREAT', KEYS[4], last)
+      end
       return
     end
     redis.call('HSET', KEYS[4], token, ARGV[4], 'f:' .. token, fence)

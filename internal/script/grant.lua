@@ -18,7 +18,13 @@ local function done(c, own, last, now)
   else
     fence = issue(c, life)
   end
-  if metadata ~= '' then
+  if metadata == '' and last then
+    -- A permit's fence, so that Adopt can read it (a hash of another type:
+    -- left alone).
+    if type(redis.pcall('HSET', KEYS[5], 'f:' .. token, fence)) == 'number' then
+      redis.call('PEXPIREAT', KEYS[5], last)
+    end
+  elseif metadata ~= '' then
     if not last then
       -- A lock has one holder: the entries of former ones go.
       redis.call('DEL', KEYS[5])

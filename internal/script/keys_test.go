@@ -31,6 +31,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"lock.lua", lockSrc, Lock, n.LockKeys()},
 		{"unlock.lua", unlockSrc, Unlock, n.UnlockKeys()},
 		{"time.lua", timeSrc, Time, n.TimeKeys()},
+		{"adopt.lua", adoptSrc, Adopt, n.ExtendKeys()},
 	} {
 		ms := line.FindAllStringSubmatch(s.src, -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {

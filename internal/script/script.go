@@ -47,6 +47,8 @@ var (
 	renewSrc string
 	//go:embed time.lua
 	timeSrc string
+	//go:embed adopt.lua
+	adoptSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -64,6 +66,9 @@ var (
 	Unlock = newScript(unlockSrc, 2)
 	Renew  = newScript(renewSrc, 2)
 	Time   = newScript(timeSrc, 1)
+	// Adopt takes on a hold acquired elsewhere: extend.lua's work, with
+	// the holder's fence and metadata read and returned.
+	Adopt = newScript(include(adoptSrc), 5)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -88,6 +93,9 @@ var fragments = map[string]*string{
 	"base.lua":  &baseSrc,  // acquire.lua, semaphore.lua, shared.lua
 	"queue.lua": &queueSrc, // the same
 	"grant.lua": &grantSrc, // the same
+	// extend.lua, whole, as the body of a function of adopt.lua (which
+	// passes it its KEYS and ARGV).
+	"extend.lua": &extendSrc,
 }
 
 // include returns src with its "-- #include NAME" lines replaced by the
@@ -368,6 +376,47 @@ func ParseRaise(v any) (RaiseReply, error) {
 		return RaiseReply{}, BadReply("unexpected counter in raise reply %v: %v", v, err)
 	}
 	return RaiseReply{Claimed: flag == 1, Counter: c}, nil
+}
+
+// AdoptArgs are adopt.lua's ARGV (see its header).
+type AdoptArgs struct {
+	Token, TTL, Retention, Limit any
+}
+
+// Command is the command of adopt.lua with keys (a lock's ExtendKeys) and a.
+func (a *AdoptArgs) Command(keys []any) []any {
+	return Adopt.command(keys, a.Token, a.TTL, a.Retention, a.Limit)
+}
+
+// AdoptReply is one node's answer to adopt.lua: extend.lua's group reply
+// (1 held and extended, 0 another value, -1 free), and, when it is 1, the
+// holder's fence and metadata.
+type AdoptReply struct {
+	Held     int64
+	Fence    uint64
+	Metadata string
+}
+
+// ParseAdopt reads adopt.lua's reply.
+func ParseAdopt(v any) (AdoptReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 3 {
+		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
+	}
+	held, ok := arr[0].(int64)
+	md, ok2 := arr[2].(string)
+	if !ok || !ok2 {
+		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
+	}
+	r := AdoptReply{Held: held, Metadata: md}
+	if held == 1 {
+		f, err := ParseUint(arr[1])
+		if err != nil || f == 0 {
+			return AdoptReply{}, BadReply("unexpected fence in adopt reply %v", v)
+		}
+		r.Fence = f
+	}
+	return r, nil
 }
 
 // TimeCommand is the command of time.lua with keys (a lock's TimeKeys):

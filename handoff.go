@@ -1,0 +1,254 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Handoff is what another process needs to take on a held lock with
+// Locker.Adopt: the key and the owner token (Adopt's arguments), the fence
+// (Adopt reads it from Redis again; it is here for a receiver that only
+// passes the hold on, or to check), and the lock's TTL and shape, which
+// Adopt's options should repeat (WithTTL, WithLimit, WithShared).
+type Handoff struct {
+	Key    string
+	Token  string
+	Fence  uint64
+	TTL    time.Duration // the TTL of the last confirmed renewal
+	Limit  int           // WithLimit's n; 0 for a lock or a shared hold
+	Shared bool          // a shared hold (WithShared)
+}
+
+// Detach stops this process's part in the lock without releasing it, and
+// returns what another process needs to adopt it (Locker.Adopt): the key
+// holds the token until its TTL runs out, counted from the last renewal
+// Redis ran, unless someone adopts it first.
+//
+// Detach waits for a renewal or an Extend under way to end (each is bounded
+// by its node timeout), then stops the renewals and the lost-lock
+// bookkeeping: Lost closes (this *Lock no longer guarantees ownership; Do's
+// context, if the lock is Do's, is cancelled with a cause wrapping
+// ErrLockLost), Extend and Release send nothing and return an error
+// wrapping ErrNotHeld that says the lock was detached, and Locker.Close no
+// longer releases it. A hook hears of the end of the lock as EventReleased.
+// Detach on a lock that had already ended (released, lost, detached)
+// returns the same Handoff and does nothing else; Adopt will then tell
+// whether the key is still held by the token.
+//
+// A command of this lock that a node did not answer may still run there
+// later (a frozen node that resumes), setting the key's TTL to this lock's
+// TTL from then: an adopter whose TTL is no longer than this lock's is not
+// shortened by it.
+func (k *Lock) Detach() Handoff {
+	h := Handoff{Key: k.key, Token: k.Token(), Fence: k.fence, Limit: k.limit, Shared: k.shared}
+	_ = k.takeOps(context.Background()) // never fails without a deadline
+	k.mu.Lock()
+	h.TTL = k.ttl
+	if k.lost || k.released {
+		k.mu.Unlock()
+		k.giveOps()
+		return h
+	}
+	k.released, k.detached = true, true
+	k.endLost()
+	k.stopTimers()
+	fns := k.onLostFns
+	k.onLostFns = nil
+	acquiredAt := k.events.acquiredAt
+	k.mu.Unlock()
+	k.giveOps()
+	k.forget()
+	cause := fmt.Errorf("%w: %q was detached", ErrLockLost, k.key)
+	for _, f := range fns {
+		f(cause)
+	}
+	if k.l.hook != nil && !acquiredAt.IsZero() {
+		k.l.hook.Event(k.eventCtx(), Event{Kind: EventReleased, Key: k.key, Limit: k.limit, Held: time.Since(acquiredAt)})
+	}
+	return h
+}
+
+// detachedErr is the error of Extend and Release on a detached lock, nil
+// for one that is not.
+func (k *Lock) detachedErr(verb string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.detached {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %q: detached (see Lock.Detach): this *Lock no longer acts on the hold", ErrNotHeld, verb, k.key)
+}
+
+// Adopt takes on a hold of key that was acquired elsewhere (another process
+// that called Lock.Detach, or `dlock acquire`), given its owner token: one
+// round, in which a quorum of nodes (one on one Redis, N/2+1 of a Redlock,
+// the permit's quorum for WithLimit) confirm that key is held by token, in
+// the shape the options name (a lock, WithLimit(n)'s permit, or
+// WithShared's hold), and set its TTL to WithTTL's (DefaultTTL without it),
+// as Extend does. It returns a *Lock as Acquire's: auto-renewed
+// (WithAutoRenew), with Lost, Extend, Release, the hold's fence (the one
+// its grant issued, read from Redis) and its metadata. Its validity is
+// measured from the start of Adopt's round, never from the first holder's
+// acquisition. WithMetadata is not an option of Adopt (the hold keeps its
+// own): ErrInvalid.
+//
+// It returns an error wrapping ErrNotHeld when a quorum says that token does
+// not hold key (it expired, was released, taken, or is held in another
+// shape), ErrUnavailable or ErrMisconfigured (with each node's failure as
+// *NodeError) when too few nodes confirmed for another reason, ErrClosed on
+// a closed Locker, and ErrInvalid for an empty key or a token that is not 32
+// lowercase hex characters (the form of every token dlock makes).
+//
+// On failure, Adopt leaves nothing that outlives what the hold had: a node
+// that did not confirm changed nothing; one that confirmed set the key's
+// TTL from then, as a renewal would, and the key is released there when
+// that TTL would have run out anyway; a node that did not answer may still
+// run the command late (a frozen node that resumes), so the token is buried
+// there (a late command then writes nothing) and the key released. A
+// failed Adopt therefore ends the hold where it did not confirm: a second
+// Adopt of the same token may fail with ErrNotHeld, and then the key is
+// free for others once the nodes that held it let go. An Adopt whose
+// command ran twice (a retry of the client) sets the same TTL twice.
+//
+// The token is the capability: Adopt does not exclude another Adopt of the
+// same token (two *Lock would then renew one hold, each believing it
+// exclusive), nor a first holder that did not Detach. Hand a token to one
+// process, and Detach before handing it.
+func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOption) (*Lock, error) {
+	cfg, err := l.lockConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkToken(token); err != nil {
+		return nil, err
+	}
+	if cfg.metadata != "" {
+		return nil, invalid("Adopt keeps the hold's metadata: WithMetadata is not one of its options")
+	}
+	var a acquisition
+	a.start(l, ctx, key, cfg)
+	k, err := l.adopt(ctx, key, token, cfg)
+	a.attempted(k, classOf(err))
+	a.end(k, err)
+	return k, err
+}
+
+// checkToken reports a token that no Lock of dlock can have.
+func checkToken(token string) error {
+	if len(token) != 32 {
+		return invalid("token %q: want 32 lowercase hex characters (Lock.Token's), got %d characters", token, len(token))
+	}
+	for _, c := range []byte(token) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return invalid("token %q: want 32 lowercase hex characters (Lock.Token's)", token)
+		}
+	}
+	return nil
+}
+
+// classOf is the class of Adopt's error for the hook's EventAttempt.
+func classOf(err error) error {
+	for _, c := range []error{ErrNotHeld, ErrUnavailable, ErrMisconfigured, ErrClosed} {
+		if err != nil && errors.Is(err, c) {
+			return c
+		}
+	}
+	return err
+}
+
+// adopt runs Adopt's round and, on a quorum, starts the lock.
+func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (*Lock, error) {
+	if !l.join(&l.calls) {
+		return nil, fmt.Errorf("%w: adopt %q", ErrClosed, key)
+	}
+	defer l.calls.Done()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: adopt %q: %w", ErrUnavailable, key, err)
+	}
+	var leaseBuf [8]nodeLease
+	k := l.newLock(key, l.names(key), token, 0, cfg, perNode(leaseBuf[:], len(l.nodes)))
+	k.opsBusy = true // not shared yet: the round below is its first
+	start := time.Now()
+	results, missing, reply, agreed, recorded := k.adoptFanout(ctx, cfg.ttl, l.nodeTimeout(cfg.ttl))
+	k.fence, k.metadata = reply.Fence, reply.Metadata
+	free, err := k.settleRound(cfg.ttl, start, false, results, missing, func() { close(recorded) })
+	k.giveOps()
+	if err != nil {
+		return nil, fmt.Errorf("dlock: adopt: %w", err)
+	}
+	if !agreed {
+		// A quorum holds the token, but no quorum tells one fence: the
+		// nodes that kept the grant's are gone (restarted empty, or down).
+		// The hold is not adopted, and what the round set is cleaned up.
+		err := fmt.Errorf("%w: adopt %q: no quorum of nodes agrees on the hold's fence", ErrUnavailable, key)
+		k.markLost(err)
+		return nil, err
+	}
+	if !k.start(start) {
+		k.release(context.Background())
+		return nil, fmt.Errorf("%w: adopt %q", ErrClosed, key)
+	}
+	if len(free) > 0 {
+		if k.takeOps(ctx) == nil {
+			k.regain(ctx, cfg.ttl, l.nodeTimeout(cfg.ttl), free)
+			k.giveOps()
+		}
+	}
+	return k, nil
+}
+
+// adoptFanout runs adopt.lua on every node, as an extend round (see
+// fanout), deciding as soon as a quorum confirmed with one fence, or
+// cannot. reply is that of a node of that quorum (agreed), or, when no
+// quorum agrees, the zero reply. Why a quorum that agrees: an
+// acquisition's fence is the one that a quorum of nodes issued or were
+// raised to (see claimFences), and those nodes keep it while the hold lasts
+// (a counter only goes up, and only a grant, impossible while the key is
+// held, moves it past the holder's fence); the other nodes may tell a
+// larger one (they granted late) or a smaller one (a raise that failed),
+// but never a quorum of them. The answers that come after the round are
+// recorded once the caller closes recorded.
+func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]quorum.Result[int64], []quorum.Missing, script.AdoptReply, bool, chan struct{}) {
+	l := k.l
+	recorded := make(chan struct{})
+	args := script.AdoptArgs{Token: k.tokenArg, TTL: l.ttlArg(ttl), Retention: l.retentionArg, Limit: limitArg(k.limit, k.shared)}
+	cmd := args.Command(k.names.ExtendKeys())
+	fence := func(r quorum.Result[script.AdoptReply]) (uint64, bool) {
+		return r.Val.Fence, r.Err == nil && r.Val.Held == 1
+	}
+	rs, missing := quorum.Fanout(ctx, l.nodes, timeout,
+		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c redis.UniversalClient) (script.AdoptReply, error) {
+			v, err := l.runScript(ctx, c, timeout, script.Adopt, cmd)
+			if err != nil {
+				return script.AdoptReply{}, err
+			}
+			return script.ParseAdopt(v)
+		}),
+		func(rs []quorum.Result[script.AdoptReply], suspects int) bool {
+			return quorum.Agreed(rs, suspects, len(l.nodes), k.quorum, fence)
+		},
+		quorum.LateFunc[script.AdoptReply](func(r quorum.Result[script.AdoptReply]) {
+			<-recorded
+			k.lateAnswer(r.Node, l.effectOf(r.Node, r.Err, r.Val.Held == 1))
+		}))
+	counts := make(map[uint64]int, len(rs))
+	var reply script.AdoptReply
+	agreed := false
+	results := make([]quorum.Result[int64], len(rs))
+	for i, r := range rs {
+		results[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.Held, Err: r.Err}
+		if f, ok := fence(r); ok {
+			counts[f]++
+			if counts[f] >= k.quorum && !agreed {
+				reply, agreed = r.Val, true
+			}
+		}
+	}
+	return results, missing, reply, agreed, recorded
+}
