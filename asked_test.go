@@ -1,0 +1,229 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// askedTopologies build Lockers on one Redis, a 5-node Redlock and a
+// 3-master Cluster: each call of the function returned is a new Locker (a
+// process of its own) on the same deployment.
+var askedTopologies = []struct {
+	name  string
+	start func(t *testing.T) func() *dlock.Locker
+}{
+	{"single", func(t *testing.T) func() *dlock.Locker {
+		c := dlocktest.Start(t).Client()
+		t.Cleanup(func() { c.Close() })
+		return func() *dlock.Locker { return newLocker(t, c) }
+	}},
+	{"redlock", func(t *testing.T) func() *dlock.Locker {
+		clients := dlocktest.Clients(t, dlocktest.StartN(t, 5)...)
+		return func() *dlock.Locker {
+			l, err := dlock.NewRedlock(clients)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}},
+	{"cluster", func(t *testing.T) func() *dlock.Locker {
+		cl := dlocktest.StartCluster(t, 3)
+		cc := cl.Client()
+		t.Cleanup(func() { cc.Close() })
+		return func() *dlock.Locker { return newLocker(t, cc) }
+	}},
+}
+
+// askedWithin waits for k's Asked channel to close.
+func askedWithin(t *testing.T, k *dlock.Lock, what string) {
+	t.Helper()
+	select {
+	case <-k.Asked():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: Asked did not close", what)
+	}
+}
+
+// TestAsked: a holder's Asked closes at another Locker's RequestRelease,
+// with the reason and the asking process readable, whether its Locker
+// listened when the request came or began to listen after (a Locker that
+// never waited); the first request counts; a free key is ErrNotHeld and
+// bad input ErrInvalid; every permit of a semaphore and every shared hold
+// is asked; a request is for the holders at the time, never a later one.
+func TestAsked(t *testing.T) {
+	for _, tp := range askedTopologies {
+		t.Run(tp.name, func(t *testing.T) {
+			mk := tp.start(t)
+			holder, other, asker := mk(), mk(), mk()
+			from := fmt.Sprintf(":%d", os.Getpid())
+
+			k, err := holder.TryAcquire(ctx(t), "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k.Asked() // the Locker listens from now on
+			if err := asker.RequestRelease(ctx(t), "job", "deploy v2"); err != nil {
+				t.Fatal(err)
+			}
+			askedWithin(t, k, "a listening holder")
+			if k.AskedReason() != "deploy v2" || !strings.HasSuffix(k.AskedBy(), from) {
+				t.Errorf("asked %q by %q, want %q by …%s", k.AskedReason(), k.AskedBy(), "deploy v2", from)
+			}
+			if err := asker.RequestRelease(ctx(t), "job", "second"); err != nil || k.AskedReason() != "deploy v2" {
+				t.Errorf("a second request: %v, reason now %q (the first one counts)", err, k.AskedReason())
+			}
+			if st, err := asker.Status(ctx(t), "job"); err != nil || st.Asked == nil || st.Asked.Reason != "deploy v2" {
+				t.Errorf("Status: %+v, %v: want the pending request", st.Asked, err)
+			}
+
+			// A Locker that never waited nor listened: the request is kept,
+			// and heard once it listens.
+			k2, err := other.TryAcquire(ctx(t), "early")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := asker.RequestRelease(ctx(t), "early", "before"); err != nil {
+				t.Fatal(err)
+			}
+			askedWithin(t, k2, "a holder that listens after the request")
+			if k2.AskedReason() != "before" {
+				t.Errorf("reason %q", k2.AskedReason())
+			}
+
+			// A request is for the holders at the time.
+			if err := k.Release(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if err := asker.RequestRelease(ctx(t), "job", "late"); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("a request for a free key: %v, want ErrNotHeld", err)
+			}
+			// A Locker that begins to listen while the request for the
+			// earlier holder is still kept.
+			next, err := mk().TryAcquire(ctx(t), "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next.Asked()
+			if st, err := asker.Status(ctx(t), "job"); err != nil || st.Asked != nil {
+				t.Errorf("Status of the next holder: %+v, %v: want no request", st.Asked, err)
+			}
+			if err := asker.RequestRelease(ctx(t), "job", "for next"); err != nil {
+				t.Fatal(err)
+			}
+			askedWithin(t, next, "the next holder")
+			if next.AskedReason() != "for next" {
+				t.Errorf("the next holder heard %q, want only its own request", next.AskedReason())
+			}
+
+			// Every permit, every shared hold.
+			for _, opt := range []dlock.LockOption{dlock.WithLimit(2), dlock.WithShared()} {
+				p1, err := holder.TryAcquire(ctx(t), "many", opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p2, err := other.TryAcquire(ctx(t), "many", opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := asker.RequestRelease(ctx(t), "many", "all"); err != nil {
+					t.Fatal(err)
+				}
+				askedWithin(t, p1, "a holder of many")
+				askedWithin(t, p2, "another holder of many")
+				p1.Release(ctx(t))
+				p2.Release(ctx(t))
+			}
+
+			for _, tc := range []struct {
+				key, reason string
+				want        error
+			}{
+				{"nobody", "", dlock.ErrNotHeld},
+				{"", "r", dlock.ErrInvalid},
+				{"job", strings.Repeat("r", dlock.MaxMetadata+1), dlock.ErrInvalid},
+			} {
+				if err := asker.RequestRelease(ctx(t), tc.key, tc.reason); !errors.Is(err, tc.want) {
+					t.Errorf("RequestRelease(%q, %d bytes): %v, want %v", tc.key, len(tc.reason), err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestAskedIdleCost: nothing is sent or stored for release requests while
+// nobody asks: a Locker that never calls Asked never subscribes, and one
+// that listens sends no command once its subscription is confirmed (and
+// the requests kept for its locks read, once).
+func TestAskedIdleCost(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	l := newLocker(t, c)
+	calls := func(name string) int64 { return commandCalls(t, c)["cmdstat_"+name] }
+
+	for range 3 {
+		k, err := l.TryAcquire(ctx(t), "idle", dlock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.Extend(ctx(t), time.Second)
+		k.Release(ctx(t))
+	}
+	if n := calls("subscribe"); n != 0 {
+		t.Errorf("%d SUBSCRIBE without a call of Asked", n)
+	}
+	k, err := l.TryAcquire(ctx(t), "idle", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Asked()
+	waitFor(t, func() bool { return calls("hget") >= 1 }, "the read of the requests kept")
+	before := commandCalls(t, c)
+	time.Sleep(time.Second) // idle: a measurement, not a synchronisation
+	after := commandCalls(t, c)
+	for name, n := range after {
+		if n != before[name] {
+			t.Errorf("idle: %s ran %d times", name, n-before[name])
+		}
+	}
+	if ks, err := c.Keys(ctx(t), "*asked*").Result(); err != nil || len(ks) != 0 {
+		t.Errorf("keys stored without a request: %v, %v", ks, err)
+	}
+	select {
+	case <-k.Asked():
+		t.Error("Asked closed without a request")
+	default:
+	}
+}
+
+// commandCalls is the calls per command of INFO commandstats, less INFO's.
+func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	stats, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int64)
+	for _, line := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_info" {
+			continue
+		}
+		var n int64
+		fmt.Sscanf(rest, "%d", &n)
+		out[name] = n
+	}
+	return out
+}
