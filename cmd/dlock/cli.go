@@ -27,6 +27,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.status(ctx, rest)
 	case "release":
 		return c.release(ctx, rest)
+	case "request":
+		return c.request(ctx, rest)
 	case "demo":
 		return c.demo(ctx, rest)
 	case guardCommand:
@@ -40,7 +42,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if strings.HasPrefix(cmd, "-") {
 			return c.usageError("", "flags go after the subcommand, as in: dlock run %s ...", cmd)
 		}
-		return c.usageError("", "unknown command %q (commands: run, status, release, demo, help, version)", cmd)
+		return c.usageError("", "unknown command %q (commands: run, status, release, request, demo, help, version)", cmd)
 	}
 }
 
@@ -101,7 +103,7 @@ func (c *cli) help(args []string) int {
 	}
 	text, ok := subUsage[args[0]]
 	if !ok {
-		return c.usageError("", "no help for %q (commands: run, status, release, demo, help, version)", args[0])
+		return c.usageError("", "no help for %q (commands: run, status, release, request, demo, help, version)", args[0])
 	}
 	fmt.Fprint(c.stdout, text)
 	return exitOK
