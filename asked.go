@@ -78,7 +78,10 @@ func (l *Locker) RequestRelease(ctx context.Context, key, reason string) error {
 		if class == ErrNotHeld {
 			return o.wrap(class, what+"nobody holds it"+o.counts("found a holder"))
 		}
-		return o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"), ctx.Err())
+		if ctx.Err() != nil {
+			return o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"), ctx.Err())
+		}
+		return o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"))
 	}
 	return nil
 }

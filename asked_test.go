@@ -227,3 +227,76 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 	}
 	return out
 }
+
+// TestAskedRedlockQuorum: on a 5-node Redlock a request succeeds when a
+// quorum of nodes found the holder (two frozen nodes do not stop it, and
+// the holder is told by the others); a key held on a minority only is
+// ErrNotHeld, and three frozen nodes make it ErrUnavailable.
+func TestAskedRedlockQuorum(t *testing.T) {
+	servers := dlocktest.StartN(t, 5)
+	clients := dlocktest.Clients(t, servers...)
+	mk := func() *dlock.Locker {
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	holder, asker := mk(), mk()
+	k, err := holder.TryAcquire(ctx(t), "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Asked()
+	for _, c := range clients[:2] {
+		if err := c.Set(ctx(t), "dlock:{minority}", "someone", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := asker.RequestRelease(ctx(t), "minority", ""); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("held on two of five: %v, want ErrNotHeld", err)
+	}
+	freeze(t, servers[3], servers[4])
+	if err := asker.RequestRelease(ctx(t), "q", "two down"); err != nil {
+		t.Fatalf("two of five frozen: %v", err)
+	}
+	askedWithin(t, k, "a holder told by three of five")
+
+	freeze(t, servers[2])
+	if err := asker.RequestRelease(ctx(t), "q", ""); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("three of five frozen: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestAskedLeader: a leader (Campaign) hears a request like any holder;
+// when it resigns (Release), the waiting candidate leads.
+func TestAskedLeader(t *testing.T) {
+	c := dlocktest.Start(t).Client()
+	defer c.Close()
+	a, b, asker := newLocker(t, c), newLocker(t, c), newLocker(t, c)
+	leader, err := a.Campaign(ctx(t), "election", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan *dlock.Lock, 1)
+	go func() {
+		k, err := b.Campaign(ctx(t), "election", "node-b")
+		if err != nil {
+			t.Error(err)
+		}
+		next <- k
+	}()
+	waitFor(t, func() bool { st, _ := asker.Status(ctx(t), "election"); return st.Waiters == 1 }, "the candidate")
+	if err := asker.RequestRelease(ctx(t), "election", "maintenance of node-a"); err != nil {
+		t.Fatal(err)
+	}
+	askedWithin(t, leader, "the leader")
+	if err := leader.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	k := <-next
+	if ld, err := asker.Leader(ctx(t), "election"); err != nil || ld.Value != "node-b" || k == nil || ld.Term != k.Fence() {
+		t.Errorf("leader after the resignation: %+v, %v", ld, err)
+	}
+}
