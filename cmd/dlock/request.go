@@ -71,10 +71,14 @@ func (c *cli) request(ctx context.Context, args []string) int {
 	err := t.locker.RequestRelease(ctx, key, *reason)
 	switch {
 	case err == nil:
-		fmt.Fprintf(c.stdout, "dlock: asked the holder(s) of %q to release it\n", key)
+		if !c.quiet {
+			fmt.Fprintf(c.stdout, "dlock: asked the holder(s) of %q to release it\n", key)
+		}
 		return exitOK
 	case errors.Is(err, dlock.ErrNotHeld):
-		fmt.Fprintf(c.stdout, "dlock: lock %q is not held; nobody was asked\n", key)
+		if !c.quiet {
+			fmt.Fprintf(c.stdout, "dlock: lock %q is not held; nobody was asked\n", key)
+		}
 		return exitNotHeld
 	case errors.Is(err, dlock.ErrInvalid) && !errors.Is(err, dlock.ErrMisconfigured):
 		return c.usageError("request", "%s", errText(err))
