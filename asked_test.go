@@ -300,3 +300,59 @@ func TestAskedLeader(t *testing.T) {
 		t.Errorf("leader after the resignation: %+v, %v", ld, err)
 	}
 }
+
+// TestRequestLeadership: a waiting candidate that asks for the leadership
+// is served first when the leader resigns, before a candidate that waited
+// longer; on one Redis and a 5-node Redlock. A Locker without a waiting
+// Campaign gets ErrInvalid.
+func TestRequestLeadership(t *testing.T) {
+	for _, tp := range askedTopologies[:2] {
+		t.Run(tp.name, func(t *testing.T) {
+			mk := tp.start(t)
+			a, b, c := mk(), mk(), mk()
+			leader, err := a.Campaign(ctx(t), "election", "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			campaign := func(l *dlock.Locker, value string) <-chan *dlock.Lock {
+				got := make(chan *dlock.Lock, 1)
+				go func() {
+					k, err := l.Campaign(ctx(t), "election", value)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- k
+				}()
+				return got
+			}
+			waiters := func(n int64) func() bool {
+				return func() bool { st, _ := a.Status(ctx(t), "election"); return st.Waiters == n }
+			}
+			gotB := campaign(b, "node-b")
+			waitFor(t, waiters(1), "the first candidate")
+			if err := c.RequestLeadership(ctx(t), "election", "c first"); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("RequestLeadership without a Campaign: %v, want ErrInvalid", err)
+			}
+			gotC := campaign(c, "node-c")
+			waitFor(t, waiters(2), "the second candidate")
+			if err := c.RequestLeadership(ctx(t), "election", "hand over to c"); err != nil {
+				t.Fatal(err)
+			}
+			askedWithin(t, leader, "the leader")
+			if leader.AskedReason() != "hand over to c" {
+				t.Errorf("reason %q", leader.AskedReason())
+			}
+			if err := leader.Release(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			kc := <-gotC
+			if ld, err := a.Leader(ctx(t), "election"); err != nil || kc == nil || ld.Value != "node-c" || ld.Term != kc.Fence() {
+				t.Fatalf("leader after the hand-over: %+v, %v; want node-c", ld, err)
+			}
+			kc.Release(ctx(t))
+			if kb := <-gotB; kb != nil {
+				kb.Release(ctx(t))
+			}
+		})
+	}
+}

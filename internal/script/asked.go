@@ -17,3 +17,14 @@ type AskedArgs struct {
 
 // Command returns asked.lua's command for keys (the lock, its requests).
 func (a AskedArgs) Command(keys []any) []any { return Asked.command(keys, a.Request, a.Channel) }
+
+//go:embed prefer.lua
+var preferSrc string
+
+// Prefer is prefer.lua: a waiter put first in a lock's waiting queue (see
+// the root package's transfer.go).
+var Prefer = newScript(preferSrc, 1)
+
+// PreferCommand returns prefer.lua's command for keys (the waiting set)
+// and the waiter's member.
+func PreferCommand(keys []any, member any) []any { return Prefer.command(keys, member) }
