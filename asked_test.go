@@ -303,10 +303,10 @@ func TestAskedLeader(t *testing.T) {
 
 // TestRequestLeadership: a waiting candidate that asks for the leadership
 // is served first when the leader resigns, before a candidate that waited
-// longer; on one Redis and a 5-node Redlock. A Locker without a waiting
+// longer; on one Redis, a 5-node Redlock and a Cluster. A Locker without a waiting
 // Campaign gets ErrInvalid.
 func TestRequestLeadership(t *testing.T) {
-	for _, tp := range askedTopologies[:2] {
+	for _, tp := range askedTopologies {
 		t.Run(tp.name, func(t *testing.T) {
 			mk := tp.start(t)
 			a, b, c := mk(), mk(), mk()
