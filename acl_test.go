@@ -32,11 +32,12 @@ var aclPlainCommands = map[string]string{
 	"get":           "Status (admin.go: the lock, its fence counter, a semaphore's limit); ForceRelease (the holder's token); Leader",
 	"pttl":          "Status: the lock's TTL",
 	"zcard":         "Status: the waiters",
-	"hgetall":       "Status: the metadata",
+	"hgetall":       "Status: the metadata, the release requests kept (asked.go)",
+	"hget":          "a Locker that listens for release requests: the requests kept for its locks, at each subscription (asked.go: readRequests)",
 	"zrange":        "Status (a semaphore's permits, WITHSCORES); ForceRelease of a semaphore",
 	"time":          "Status: the server's clock, for the permits' TTLs",
 	"publish":       "Campaign's announcement of a term or a vacancy (election.go)",
-	"subscribe":     "waiting (inbox.go: the waiters' channel) and Observe (election.go: the leader channel)",
+	"subscribe":     "waiting (inbox.go: the waiters' channel), Observe (election.go: the leader channel) and Lock.Asked (asked.go: the release requests' channel)",
 	"ssubscribe":    "waiting on a Cluster (internal/inbox/sharded.go: the waiters' channel of each hash slot)",
 	"ping":          "go-redis' health check of a subscription's connection",
 	"info":          "the CLI's inspection of each plain URL (cmd/dlock/cli.go: a Cluster node without --cluster, two Redlock URLs to one server); the server's version after a script failed as on a server older than MinRedisVersion (scripts.go)",
@@ -342,6 +343,24 @@ func TestACLEveryFeature(t *testing.T) {
 		aclNoErr(t, "Do", a.Do(ctx(t), "job", func(context.Context) error { ran = true; return nil }))
 		if !ran {
 			t.Error("Do did not run its function")
+		}
+	})
+
+	t.Run("release request", func(t *testing.T) {
+		k, err := a.TryAcquire(ctx(t), "asked")
+		aclNoErr(t, "TryAcquire", err)
+		defer k.Release(ctx(t))
+		asked := k.Asked() // subscribes, reads the requests kept
+		aclNoErr(t, "RequestRelease", b.RequestRelease(ctx(t), "asked", "acl"))
+		select {
+		case <-asked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder did not hear the request")
+		}
+		st, err := b.Status(ctx(t), "asked")
+		aclNoErr(t, "Status", err)
+		if st.Asked == nil || st.Asked.Reason != "acl" {
+			t.Errorf("Status.Asked: %+v", st.Asked)
 		}
 	})
 

@@ -46,6 +46,9 @@ type Status struct {
 	// Writers is the largest number, on a node, of exclusive acquisitions
 	// that wait and stop new shared holds from starting (see WithShared).
 	Writers int64
+	// Asked is a pending release request (RequestRelease) for a current
+	// holder, from the first node that has one; nil when there is none.
+	Asked *Request
 	// Nodes has one entry per node, in the order of the clients.
 	Nodes []NodeStatus
 }
@@ -88,6 +91,9 @@ type NodeStatus struct {
 	Permits []Permit
 	Shared  bool
 	Writers int64
+	// Asked is a release request kept on the node for a current holder,
+	// or nil.
+	Asked *Request
 	// Err is the node's failure when it could not be asked (wrap it in a
 	// *NodeError to name the node); the other fields are then zero.
 	Err error
@@ -163,6 +169,9 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 	if st.Limit == 0 {
 		st.Limit = ns.Limit
 	}
+	if st.Asked == nil {
+		st.Asked = ns.Asked
+	}
 	if len(ns.Permits) > len(st.Permits) {
 		st.Permits = ns.Permits
 	}
@@ -206,6 +215,7 @@ type statusReads struct {
 	pttl              *redis.DurationCmd
 	waiters           *redis.IntCmd
 	meta, leases      *redis.MapStringStringCmd // leases: and the writers' intents' ends
+	asked             *redis.MapStringStringCmd // the release requests kept
 	permits           *redis.ZSliceCmd
 	now               *redis.Cmd // time.lua's
 }
@@ -221,6 +231,7 @@ func (r *statusReads) send(ctx context.Context, p redis.Pipeliner, nm *keys.Name
 	r.permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
 	r.limit = p.Get(ctx, nm.Limit())
 	r.leases = p.HGetAll(ctx, nm.Leases())
+	r.asked = p.HGetAll(ctx, nm.Asked())
 	r.now = script.Time.Cmd(ctx, script.TimeCommand(nm.TimeKeys()))
 	_ = p.Process(ctx, r.now)
 }
@@ -287,7 +298,31 @@ func (r *statusReads) status(nowMS int64) NodeStatus {
 	}
 	ns.Fence = max(ns.Fence, ns.holderFence)
 	ns.Waiters = r.waiters.Val()
+	ns.Asked = r.pending(ns.token, nowMS)
 	return ns
+}
+
+// pending is the release request kept for a current holder (the lock's
+// token, or a live permit), or nil.
+func (r *statusReads) pending(token string, nowMS int64) *Request {
+	asked := r.asked.Val()
+	if len(asked) == 0 {
+		return nil
+	}
+	holders := []string{token}
+	for _, z := range r.permits.Val() {
+		if m, _ := z.Member.(string); int64(z.Score) > nowMS {
+			holders = append(holders, m)
+		}
+	}
+	for _, h := range holders {
+		if v, ok := asked[h]; ok && h != "" {
+			if req, ok := parseRequest(v); ok {
+				return &req
+			}
+		}
+	}
+	return nil
 }
 
 // addPermits records a semaphore's permits (its sorted set, scored by

@@ -95,7 +95,9 @@
 //     deadlocking with another call that names them in another order.
 //   - [Locker.Campaign]: leader election; the lock is the leadership, its
 //     fence the term, and Release resigns. [Locker.Leader] reads the leader,
-//     [Locker.Observe] streams each change.
+//     [Locker.Observe] streams each change. A waiting candidate may ask for
+//     the leadership ([Locker.RequestLeadership]): it is put first among
+//     the candidates, and the leader is asked to resign.
 //   - [WithMetadata] and [Locker.Status]: who holds a key, for operators.
 //   - [Lock.Detach] and [Locker.Adopt]: a hold handed to another process
 //     (acquire in an API, release in a worker). Detach stops renewing here

@@ -85,6 +85,8 @@ type Lock struct {
 	// kept for the next: read and written only by a holder of the ops
 	// slot.
 	fenceArg any
+	// ask is the release request heard for the lock (asked.go's).
+	ask askedHold
 }
 
 // newLock returns a lock with a copy of nodes; tokenArg is its token, a
@@ -120,6 +122,7 @@ func (k *Lock) start(start time.Time) bool {
 		return false
 	}
 	l.locks[k] = struct{}{}
+	l.earlyRequestFor(k)
 	k.events.started(start)
 	if k.autoRenew {
 		now := time.Now()

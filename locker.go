@@ -92,6 +92,8 @@ type Locker struct {
 	// observers counts the Observe calls whose goroutine still runs, so
 	// that Close can wait for them to give back their connections.
 	calls, observers sync.WaitGroup
+	// asked is the listening for release requests (asked.go's), under mu.
+	asked listening
 }
 
 // New returns a Locker on one Redis deployment: a standalone server, a
@@ -303,6 +305,12 @@ func (l *Locker) Close() error {
 		}
 	}, 2*bound)
 	for _, s := range l.subs {
+		errs = append(errs, s.Close())
+	}
+	l.mu.Lock()
+	asked := l.asked.subs
+	l.mu.Unlock()
+	for _, s := range asked {
 		errs = append(errs, s.Close())
 	}
 	// The observers end on l.done; each closes its subscriptions first.

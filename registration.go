@@ -98,12 +98,33 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string, intent bool) {
 		return
 	}
 	nw := &ks.nodes[i]
-	nw.pos, nw.queued, nw.popped = pos, true, false
+	nw.queued, nw.popped = true, false
 	nw.intent = nw.intent || intent
+	if nw.pos == "0" || posBelow(pos, nw.pos) {
+		// Never later: the waiter may have been put first meanwhile
+		// (moved), after this attempt was sent with its old position.
+		nw.pos = pos
+	}
 	if reg.refresh == "1" || reg.pos == "0" {
 		nw.regAt = time.Now()
 	}
 }
+
+// moved records that node i put member first in its waiting queue, at
+// pos (see Locker.RequestLeadership), so that the waiter's next
+// registrations keep that place.
+func (ks *keyState) moved(i int, member, pos string) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if member == ks.member && !ks.gone {
+		nw := &ks.nodes[i]
+		nw.pos, nw.queued, nw.popped = pos, true, false
+	}
+}
+
+// posBelow reports whether the queue position a (a decimal string) comes
+// before b.
+func posBelow(a, b string) bool { return len(a) < len(b) || (len(a) == len(b) && a < b) }
 
 // unanswered records that node i did not answer an attempt that sent it
 // the registration reg: it may write it when it resumes.

@@ -58,6 +58,7 @@ type statusJSON struct {
 	Shared   bool         `json:"shared,omitempty"`
 	Writers  int64        `json:"writers,omitempty"`
 	Permits  []permitJSON `json:"permits,omitempty"`
+	Asked    *askedJSON   `json:"asked,omitempty"`
 	Quorum   int          `json:"quorum"`
 	Nodes    []nodeJSON   `json:"nodes"`
 }
@@ -67,6 +68,12 @@ type statusJSON struct {
 type permitJSON struct {
 	Metadata string `json:"metadata,omitempty"`
 	TTLms    int64  `json:"ttl_ms"`
+}
+
+// askedJSON is a pending release request (dlock request).
+type askedJSON struct {
+	Reason string `json:"reason"`
+	From   string `json:"from"`
 }
 
 type nodeJSON struct {
@@ -152,6 +159,9 @@ func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJ
 	for _, p := range st.Permits {
 		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds()})
 	}
+	if st.Asked != nil {
+		out.Asked = &askedJSON{Reason: st.Asked.Reason, From: st.Asked.From}
+	}
 	reserved := 0
 	for i, n := range st.Nodes {
 		out.Nodes[i] = nodeJSON{Addr: n.Addr, Held: n.Held, Reserved: n.Reserved,
@@ -198,6 +208,9 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 			}
 			fmt.Fprintf(w, "  holder:\t%s, %s left\n", holder, ttlText(p.TTL))
 		}
+	}
+	if st.Asked != nil {
+		fmt.Fprintf(w, "asked:\tto release, by %s: %q\n", st.Asked.From, st.Asked.Reason)
 	}
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)

@@ -31,6 +31,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.acquireCmd(ctx, rest)
 	case "extend":
 		return c.extendCmd(ctx, rest)
+	case "request":
+		return c.request(ctx, rest)
 	case "demo":
 		return c.demo(ctx, rest)
 	case guardCommand:
@@ -44,7 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if strings.HasPrefix(cmd, "-") {
 			return c.usageError("", "flags go after the subcommand, as in: dlock run %s ...", cmd)
 		}
-		return c.usageError("", "unknown command %q (commands: run, acquire, extend, release, status, demo, help, version)", cmd)
+		return c.usageError("", "unknown command %q (commands: run, acquire, extend, release, request, status, demo, help, version)", cmd)
 	}
 }
 
@@ -105,7 +107,7 @@ func (c *cli) help(args []string) int {
 	}
 	text, ok := subUsage[args[0]]
 	if !ok {
-		return c.usageError("", "no help for %q (commands: run, acquire, extend, release, status, demo, help, version)", args[0])
+		return c.usageError("", "no help for %q (commands: run, acquire, extend, release, request, status, demo, help, version)", args[0])
 	}
 	fmt.Fprint(c.stdout, text)
 	return exitOK

@@ -30,6 +30,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	metadata := fset.String("metadata", "", "who holds the lock (default: host, pid and command)")
 	limit := fset.Int("limit", 1, "how many copies may run at once across the fleet")
 	shared := fset.Bool("shared", false, "a shared hold: runs beside other --shared holders, never beside an exclusive one")
+	onRequest := fset.String("on-request", "", "the signal the command gets at a release request (dlock request)")
 	if code := c.parseFlags(fset, args); code >= 0 {
 		return code
 	}
@@ -50,6 +51,10 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.usageError("run", "--limit %d: at least one copy must be allowed to run", *limit)
 	case *shared && flagSet(fset, "limit"):
 		return c.usageError("run", "--shared and --limit do not combine: shared holders have no limit")
+	}
+	askSig, ok := parseRequestSignal(*onRequest)
+	if !ok {
+		return c.usageError("run", "--on-request %s: not one of INT, TERM, HUP, QUIT, USR1, USR2", *onRequest)
 	}
 	if most := maxGrace(*ttl); *grace > most {
 		if flagSet(fset, "kill-grace") {
@@ -86,7 +91,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return code
 	}
 	c.debugf("acquired %q on %s (fence %d, ttl %s)", key, t.describe(), lock.Fence(), *ttl)
-	status, lost := c.supervise(ctx, lock, rest, *grace, sigs)
+	status, lost := c.supervise(ctx, lock, rest, *grace, sigs, askSig)
 	return c.released(ctx, lock, status, lost)
 }
 
@@ -330,12 +335,15 @@ func busyText(t *target, key string, still bool) string {
 	return fmt.Sprintf("%q is held elsewhere", key)
 }
 
-// supervise runs the command and waits for four things at once: its exit,
+// supervise runs the command and waits for five things at once: its exit,
 // a signal to forward, the lock's validity running down to the grace
-// without a confirmed renewal, and the loss of the lock. It returns the
+// without a confirmed renewal, the loss of the lock, and, with
+// --on-request (askSig not 0), a release request, which the command gets
+// as askSig, once. It returns the
 // command's exit status, and whether the lock was lost (or could have
 // expired within the grace) while it ran.
-func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal) (status int, lost bool) {
+func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, grace time.Duration, sigs <-chan os.Signal,
+	askSig syscall.Signal) (status int, lost bool) {
 	ch := newChild(c, lock, argv)
 	defer ch.close()
 	if code := ch.start(sigs); code >= 0 {
@@ -353,7 +361,7 @@ func (c *cli) supervise(ctx context.Context, lock *dlock.Lock, argv []string, gr
 	defer risk.Stop()
 	riskC := risk.C
 
-	lostC, ctxDone := lock.Lost(), ctx.Done()
+	lostC, ctxDone, asked := lock.Lost(), ctx.Done(), askedC(lock, askSig)
 loop:
 	for {
 		select {
@@ -384,6 +392,9 @@ loop:
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		case s := <-sigs:
 			ch.forward(s)
+		case <-asked:
+			asked = nil
+			ch.passRequest(lock, askSig)
 		case <-ctxDone:
 			ctxDone = nil
 			c.debugf("stopping the command: SIGTERM now, SIGKILL in %s", grace)

@@ -13,6 +13,7 @@ Usage:
     dlock extend --token T [--ttl D] KEY        hold KEY for D more, if token T holds it
     dlock release --token T KEY                 release KEY, if token T holds it
     dlock release --force [flags] KEY           delete KEY whoever holds it (admin)
+    dlock request [--reason TEXT] [flags] KEY   ask KEY's holders to let go; they decide
     dlock demo                                  show the lock at work on local Redis servers
     dlock help [COMMAND]                        this text, or a command's
     dlock version                               print the version
@@ -152,6 +153,11 @@ Flags:
         holders of KEY, never beside one without it (an exclusive holder).
         A copy without --shared that waits for KEY stops new shared holds
         from starting, so it is not starved. Not with --limit.
+    --on-request SIGNAL
+        At the first release request for this holder (dlock request), send
+        SIGNAL (INT, TERM, HUP, QUIT, USR1 or USR2) to COMMAND, once, and
+        say who asked and why; COMMAND decides whether to end. Default:
+        none (dlock then does not listen for requests).
 ` + redisFlagsUsage + runVerbosityUsage + `
 Exit status:
     COMMAND's own  COMMAND ran; 128+N if it was killed by signal N
@@ -309,6 +315,31 @@ answered; 78 when Redis refused the commands; 64 on a usage error.
 Example:
     dlock extend --token "$token" --ttl 10m deploy
 `,
+	"request": `Usage: dlock request [--reason TEXT] [flags] KEY
+
+Asks the current holders of KEY (the holder of a lock, every holder of a
+--limit semaphore, every --shared hold) to let go. Each hears it once and
+decides: nothing is released by the request (dlock release --force is the
+abrupt way). dlock run passes it to its command as the signal of
+--on-request. A holder that takes KEY later is not asked. dlock status
+shows the request while its holder has it.
+
+Flags:
+    --reason TEXT
+        Why (at most 1024 bytes): the holder reads it, dlock status shows it.
+` + redisFlagsUsage + `    -q, --quiet
+        Print only errors.
+    -v, --verbose
+        Say which Redis the request is sent to.
+
+Exit status: 0 when the holders were asked (with several URLs: by a
+majority of the nodes); 3 when KEY is not held (nobody was asked); 69 when
+too few Redis nodes answered; 78 when Redis refused the commands; 64 on a
+usage error.
+
+Example:
+    dlock request --reason "deploying v2" reindex
+`,
 	"demo": `Usage: dlock demo [--short]
 
 Starts 5 redis-server processes on free loopback ports (Debian's redis-server
@@ -333,7 +364,7 @@ Flags:
 	"help": `Usage: dlock help [COMMAND]
 
 Prints the manual, or the manual of COMMAND (run, acquire, extend, release,
-status, demo).
+request, status, demo).
 `,
 	"version": `Usage: dlock version
 

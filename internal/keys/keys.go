@@ -210,3 +210,8 @@ var slotTags = sync.OnceValue(func() string {
 func SlotTag(slot int) string {
 	return slotTags()[3*slot : 3*slot+3]
 }
+
+// Asked is the key of the release requests for the lock's holders,
+// prefix{K}:asked (asked.lua's; not in Keys: only a request and Status
+// touch it).
+func (n *Names) Asked() string { return n.Lock() + ":asked" }
