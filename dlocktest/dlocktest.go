@@ -75,6 +75,12 @@ var ErrNoRedisServer = redisserver.ErrNoRedisServer
 // WithArgs("--maxmemory", "10mb").
 func WithArgs(args ...string) Option { return redisserver.WithArgs(args...) }
 
+// WithEnv adds environment variables ("NAME=value") to the server's, which
+// is otherwise the test process's: for example LD_PRELOAD and FAKETIME_*
+// to run it under libfaketime, with a clock of the test's choosing (clock
+// faults). A restarted server keeps them.
+func WithEnv(kv ...string) Option { return redisserver.WithEnv(kv...) }
+
 // WithTLS makes a server also listen for TLS, on a port of its own
 // (Server.TLSAddr), with the server certificate of files; with mutual,
 // clients must present a certificate signed by its CA.
