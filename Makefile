@@ -98,7 +98,7 @@ RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
 reliability: redis
 	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
-		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock)$$' . \
+		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
 		>reliability.log 2>&1; rc=$$?; \
 	grep -E '^(--- FAIL|ok|FAIL)|_test.go' reliability.log; \
 	echo "passed: $$(grep -c '^--- PASS' reliability.log), failed: $$(grep -c -- '--- FAIL' reliability.log)"; \
