@@ -89,10 +89,11 @@ soak: redis
 # fault tests that make test runs short. RUNS times each (default 10): the
 # clock faults (redis-server under libfaketime, which must be installed:
 # Debian's libfaketime), the servers that lack a command (EVALSHA, WAIT,
-# SPUBLISH; a one-shard Cluster) and the linearizability checker's
-# self-test; then, for RELIABILITY_DURATION each (default 2m), the checker's
-# run under faults (fenced.Store histories checked with porcupine) and the
-# history checker (TestHistory, as make soak). The full log is in
+# SPUBLISH; a one-shard Cluster), the server frozen and restarted under
+# load, and the linearizability checker's self-tests; then, for
+# RELIABILITY_DURATION each (default 2m), the checker's run under faults
+# (fenced.Store histories checked with porcupine), a live slot migration
+# under load, and the history checker (TestHistory, as make soak). The full log is in
 # reliability.log. CI runs it with a cap on RELIABILITY_DURATION.
 RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
@@ -105,8 +106,9 @@ reliability: redis
 	[ $$rc -eq 0 ] || exit $$rc; \
 	echo "== long runs" >>reliability.log; \
 	DLOCK_RELIABILITY=1 DLOCK_LIN_DURATION=$(RELIABILITY_DURATION) DLOCK_HISTORY_DURATION=$(RELIABILITY_DURATION) \
-		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestHistory)$$' . >>reliability.log 2>&1; rc=$$?; \
-	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|history)_test.go'; exit $$rc
+		DLOCK_MIGRATION_DURATION=$(RELIABILITY_DURATION) \
+		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestSlotMigrationUnderLoad|TestHistory)$$' . >>reliability.log 2>&1; rc=$$?; \
+	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|history)_test.go'; exit $$rc
 
 # Each fuzz target for FUZZTIME (default 100000x: a count of executions,
 # some seconds each): the reply parsers, key names and options, and the
