@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -148,22 +146,3 @@ func (j joined) Error() string {
 }
 
 func (j joined) Unwrap() []error { return j }
-
-// slotMoving reports whether err is a Cluster node's MOVED or ASK that
-// node i's Cluster client gave up following (after MaxRedirects): the
-// key's slot is moving between masters (a live migration, a failover), and
-// a later try reaches its new master. The same reply to a plain client
-// (a Cluster node behind a plain URL) is for good: it cannot follow it.
-func (l *Locker) slotMoving(i int, err error) bool {
-	return l.nodes[i].Cluster && quorum.IsReply(err) &&
-		(redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
-}
-
-// slotMovingError is a MOVED or ASK of a slot on the move (slotMoving):
-// transient, ErrUnavailable. It is not an error reply of Redis, so that it
-// counts as transient.
-type slotMovingError struct{ reply error }
-
-func (e *slotMovingError) Error() string {
-	return "the key's slot is moving between the Cluster's masters (" + e.reply.Error() + "): a later try reaches its new master"
-}
