@@ -301,6 +301,9 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 	if overlaps != 0 || lower != 0 {
 		t.Errorf("%d overlapping sections, %d fences not above the one before", overlaps, lower)
 	}
+	if errs["release"] != 0 {
+		t.Errorf("%d releases not confirmed: Release tries a node again while the slot moves", errs["release"])
+	}
 	if errs[dlock.ErrMisconfigured.Error()] != 0 || errs["other"] != 0 {
 		t.Errorf("acquisitions failed for good during a migration: %v %v", errs, samples)
 	}
