@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
-	"github.com/dlock-dev/dlock/internal/redisserver"
 )
 
 // TestMissingScripting: a server whose EVALSHA (and EVAL) is renamed away,
@@ -95,11 +94,7 @@ func TestMissingWait(t *testing.T) {
 // back to.
 func TestClusterWithoutSpublish(t *testing.T) {
 	t.Parallel()
-	cl, err := redisserver.NewClusterWith(1, 0, redisserver.WithArgs("--rename-command", "SPUBLISH", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	cl := dlocktest.StartClusterWith(t, 1, 0, dlocktest.WithArgs("--rename-command", "SPUBLISH", ""))
 	cc := cl.Client()
 	defer cc.Close()
 	admin := cl.Servers[0].Client()

@@ -118,6 +118,27 @@ func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
 	return redisserver.NewClusterWithReplicas(n, replicas)
 }
 
+// NewClusterWith is NewClusterWithReplicas with options for every server of
+// the cluster: WithArgs (a setting, or a command renamed away, as a
+// managed service lacks it: "--rename-command", "SPUBLISH", ""), WithEnv.
+// The caller must call Close.
+func NewClusterWith(n, replicas int, opts ...Option) (*Cluster, error) {
+	return redisserver.NewClusterWith(n, replicas, opts...)
+}
+
+// StartClusterWith starts a Redis Cluster of n masters with replicas
+// replicas each, every server with opts (see NewClusterWith), for the
+// test, stopped in the test's Cleanup.
+func StartClusterWith(tb testing.TB, n, replicas int, opts ...Option) *Cluster {
+	tb.Helper()
+	c, err := NewClusterWith(n, replicas, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Start starts a redis-server for the test and stops it in the test's Cleanup.
 // It fails the test if no server can be started.
 func Start(tb testing.TB, opts ...Option) *Server {
