@@ -243,6 +243,23 @@ func TestClockBackwardJump(t *testing.T) {
 			2 * n / 3: func() { clk.step(t, c0, time.Hour) },
 		})
 	})
+	t.Run("a step back lengthens a key's life", func(t *testing.T) {
+		t.Parallel()
+		s, clk := startFakeClock(t)
+		c := s.Client()
+		defer c.Close()
+		k, err := newLocker(t, c).TryAcquire(ctx(t), "longer", dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release(ctx(t))
+		clk.step(t, c, -time.Minute)
+		pttl := c.PTTL(ctx(t), "dlock:{longer}").Val()
+		t.Logf("a lock of TTL 2s has %s left after the clock stepped back a minute", pttl)
+		if pttl < 50*time.Second {
+			t.Errorf("PTTL %s after a step back of a minute, want the TTL plus the step", pttl)
+		}
+	})
 	t.Run("counter gone first (the limit)", func(t *testing.T) {
 		t.Parallel()
 		s, clk := startFakeClock(t)
