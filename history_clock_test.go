@@ -129,3 +129,19 @@ func TestHistoryCheckerClockJump(t *testing.T) {
 		})
 	}
 }
+
+// sharedMark marks a shared hold in the checker's details.
+func sharedMark(shared bool) string {
+	if shared {
+		return ", shared"
+	}
+	return ""
+}
+
+// clockNote lists the first overlaps counted as the clock limit.
+func clockNote(details []string) string {
+	if len(details) == 0 {
+		return ""
+	}
+	return "; overlaps after a forward jump: " + strings.Join(details, "; ")
+}

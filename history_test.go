@@ -551,6 +551,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	// fences: every fence given (never twice, over a Redlock too).
 	fences := map[uint64]bool{}
 	lost, late, shared, sharedOverlaps, clockOverlaps := 0, 0, 0, 0, 0
+	var clockDetails []string
 	for i, s := range secs {
 		if s.lost {
 			lost++
@@ -590,6 +591,10 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 			if q.end > s.start && !(q.shared && s.shared) && !h.pausedDuring(q.w, s.start, s.start) {
 				if h.clockJumpedDuring(q.start, s.start) {
 					clockOverlaps++ // the clock limit of DESIGN §6, measured
+					if len(clockDetails) < 3 {
+						clockDetails = append(clockDetails, fmt.Sprintf("worker %d (fence %d%s) held until %s after worker %d (fence %d%s) began",
+							q.w, q.fence, sharedMark(q.shared), time.Duration(q.end-s.start), s.w, s.fence, sharedMark(s.shared)))
+					}
 					continue
 				}
 				violations++
@@ -632,7 +637,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		worst.Round(time.Millisecond), adopted, violations)
 	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, overlaps after a server's clock jumped forward (the clock limit) %d, violations %d",
 		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), clockOverlaps, violations)
+		worst.Round(time.Millisecond), clockOverlaps, violations) + clockNote(clockDetails)
 }
 
 // killedAfter returns the first time worker w was killed after from.
