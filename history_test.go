@@ -634,10 +634,9 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-		worst.Round(time.Millisecond), adopted, violations)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, overlaps after a server's clock jumped forward (the clock limit) %d, violations %d",
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d, violations %d",
 		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), clockOverlaps, violations) + clockNote(clockDetails)
+		worst.Round(time.Millisecond), adopted, clockOverlaps, violations) + clockNote(clockDetails)
 }
 
 // killedAfter returns the first time worker w was killed after from.
