@@ -134,7 +134,7 @@ func TestClockForwardJump(t *testing.T) {
 			case <-ka.Lost():
 				early := time.Until(until)
 				t.Logf("the first holder's Lost closed %s before its validity's end", early.Round(time.Millisecond))
-				if early < -100*time.Millisecond {
+				if early < -250*time.Millisecond { // slack for a loaded machine's scheduling
 					t.Errorf("Lost closed %s after the validity ended", -early)
 				}
 			case <-time.After(time.Until(until) + 2*time.Second):

@@ -124,15 +124,15 @@ func TestOneShardCluster(t *testing.T) {
 	admin := cl.Servers[0].Client()
 	defer admin.Close()
 	a, b := newLocker(t, cc), newLocker(t, cl.Client())
-	k, err := a.TryAcquire(ctx(t), "oneshard", dlock.WithTTL(300*time.Millisecond))
+	k, err := a.TryAcquire(ctx(t), "oneshard", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := queued(t, b, admin, "oneshard", 1)
-	select { // renewed past three TTLs
+	select { // renewed past two TTLs
 	case <-k.Lost():
 		t.Fatal("lost while renewing on a one-shard Cluster")
-	case <-time.After(time.Second):
+	case <-time.After(2 * time.Second):
 	}
 	handoff(t, k, got, "a waiter on a one-shard Cluster")
 	for i := range 20 { // keys of many slots, one endpoint
