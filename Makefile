@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test test-lib demo bench redis vet fuzz soak release-check release-prepare
+.PHONY: all build test test-lib demo bench redis vet fuzz soak reliability release-check release-prepare
 
 all: build
 
@@ -84,6 +84,31 @@ soak: redis
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
 		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history_test|^(---|ok|FAIL)'
 	@cat soak-summary.txt
+
+# The reliability suite (docs/reliability.md, Faults): the long forms of the
+# fault tests that make test runs short. RUNS times each (default 10): the
+# clock faults (redis-server under libfaketime, which must be installed:
+# Debian's libfaketime), the servers that lack a command (EVALSHA, WAIT,
+# SPUBLISH; a one-shard Cluster), the server frozen and restarted under
+# load, and the linearizability checker's self-tests; then, for
+# RELIABILITY_DURATION each (default 2m), the checker's run under faults
+# (fenced.Store histories checked with porcupine), a live slot migration
+# under load, and the history checker (TestHistory, as make soak). The full log is in
+# reliability.log. CI runs it with a cap on RELIABILITY_DURATION.
+RUNS ?= 10
+RELIABILITY_DURATION ?= 2m
+reliability: redis
+	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
+		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
+		>reliability.log 2>&1; rc=$$?; \
+	grep -E '^(--- FAIL|ok|FAIL)|_test.go' reliability.log; \
+	echo "passed: $$(grep -c '^--- PASS' reliability.log), failed: $$(grep -c -- '--- FAIL' reliability.log)"; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	echo "== long runs" >>reliability.log; \
+	DLOCK_RELIABILITY=1 DLOCK_LIN_DURATION=$(RELIABILITY_DURATION) DLOCK_HISTORY_DURATION=$(RELIABILITY_DURATION) \
+		DLOCK_MIGRATION_DURATION=$(RELIABILITY_DURATION) \
+		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestSlotMigrationUnderLoad|TestHistory)$$' . >>reliability.log 2>&1; rc=$$?; \
+	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|history)_test.go'; exit $$rc
 
 # Each fuzz target for FUZZTIME (default 100000x: a count of executions,
 # some seconds each): the reply parsers, key names and options, and the

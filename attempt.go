@@ -214,6 +214,15 @@ type attemptCmd struct {
 // ctx, the second can end up to a node timeout after it); else the shape's
 // script (acquire.lua, semaphore.lua or shared.lua: AcquireArgs.Script).
 func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+	r, err := a.send(ctx, i, c)
+	if err != nil {
+		err = a.undoRefusedWait(ctx, i, c, err) // WithReplicaAck on a server without WAIT
+	}
+	return r, err
+}
+
+// send is run's command on node i.
+func (a *attemptCmd) send(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
 	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 	defer asked()
 	if a.lock != nil {
@@ -622,7 +631,7 @@ func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout
 	}
 	v, err := cmd.Result()
 	if err != nil {
-		return nil, movedIsTransient(c, err)
+		return nil, noScripting(movedIsTransient(c, err))
 	}
 	n, err := wait.Int64()
 	switch {
@@ -630,7 +639,7 @@ func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout
 		// WAIT refused (an ACL without +wait): permanent, not a lag. The
 		// script did write: the error must not pass for a reply that
 		// wrote nothing, so that the grant is cleaned up.
-		return nil, script.BadReply("WAIT refused after the script ran: %s", err.Error())
+		return nil, waitRefused(err)
 	case err != nil || n < int64(l.cfg.replicaAck):
 		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
 	}

@@ -78,6 +78,8 @@ func TestBadInputs(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": plain.Addr()}})
 	defer ring.Close()
 	var nilLock *dlock.Lock
+	noScripts := dlocktest.Start(t, dlocktest.WithArgs("--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""))
+	noWait := dlocktest.Start(t, dlocktest.WithArgs("--rename-command", "WAIT", ""))
 
 	for _, tc := range []struct {
 		id    string
@@ -150,6 +152,10 @@ func TestBadInputs(t *testing.T) {
 			defer l.Close()
 			return try(l, "k")
 		}, dlock.ErrMisconfigured, "are the same Redis server (run id"},
+		{"L36", func() error { return try(on(redis.Options{Addr: noScripts.Addr()}), "k") }, dlock.ErrMisconfigured,
+			"this server has no EVALSHA (ERR unknown command 'evalsha'): dlock runs every operation as a Lua script, and a server without scripting cannot run dlock"},
+		{"L37", func() error { return try(on(redis.Options{Addr: noWait.Addr()}, dlock.WithReplicaAck(1)), "k") }, dlock.ErrMisconfigured,
+			"WithReplicaAck needs WAIT, which this server does not have (ERR unknown command 'WAIT'; ElastiCache Serverless, for one, lacks it)"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			err := tc.err()

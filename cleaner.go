@@ -75,7 +75,7 @@ func (l *Locker) cleanRelease(i int) func(j *cleanup.Job, wake, bury bool) (answ
 		_, err, ok, _ := quorum.Call(l.bg, l.nodes[i], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
 			return l.runRelease(ctx, i, rc, j.Names, j.Expected, j.Leaving, wake, anyShape, bury)
 		}, nil)
-		return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err)
+		return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err) && !l.slotMoving(i, err)
 	}
 }
 

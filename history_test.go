@@ -207,6 +207,7 @@ type historyRun struct {
 	dirs    []string
 	proxies [][]*dlocktest.Proxy // [worker][node]
 	workers []*historyProc
+	clocks  *historyClocks // the servers' clocks under libfaketime (make reliability), or nil
 
 	mu     sync.Mutex
 	faults []fault
@@ -276,7 +277,13 @@ func (h *historyRun) inject() {
 	d := time.Duration(200+h.rnd.IntN(2300)) * time.Millisecond
 	start := time.Now()
 	var kind string
-	switch h.rnd.IntN(10) {
+	kinds := 10
+	if h.clocks != nil {
+		kinds = 12 // and the clock faults (history_clock_test.go)
+	}
+	switch k := h.rnd.IntN(kinds); k {
+	case 10, 11:
+		kind = h.clocks.fault(node, k == 10)
 	case 0:
 		kind = "latency"
 		h.proxies[w][node].SetLatency(time.Duration(20+h.rnd.IntN(130)) * time.Millisecond)
@@ -406,9 +413,11 @@ func runHistory(t *testing.T, nodes, workers int, duration time.Duration, seed u
 	t.Logf("seed %d (replay with DLOCK_HISTORY_SEED=%d, for %d node(s))", seed, seed-uint64(nodes), nodes)
 	h := &historyRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, 0)), ttl: time.Second, rw: rw,
 		paused: map[int][]fault{}, killed: map[int][]time.Time{}}
-	for range nodes {
+	h.clocks = newHistoryClocks(t, nodes)
+	for i := range nodes {
 		dir := t.TempDir()
-		s := dlocktest.Start(t, dlocktest.WithArgs("--appendonly", "yes", "--appendfsync", "always", "--dir", dir))
+		s := dlocktest.Start(t, append(h.clocks.options(i),
+			dlocktest.WithArgs("--appendonly", "yes", "--appendfsync", "always", "--dir", dir))...)
 		h.servers, h.dirs = append(h.servers, s), append(h.dirs, dir)
 	}
 	h.proxies = make([][]*dlocktest.Proxy, workers)
@@ -541,7 +550,8 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	violations := 0
 	// fences: every fence given (never twice, over a Redlock too).
 	fences := map[uint64]bool{}
-	lost, late, shared, sharedOverlaps := 0, 0, 0, 0
+	lost, late, shared, sharedOverlaps, clockOverlaps := 0, 0, 0, 0, 0
+	var clockDetails []string
 	for i, s := range secs {
 		if s.lost {
 			lost++
@@ -579,6 +589,14 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 				sharedOverlaps++
 			}
 			if q.end > s.start && !(q.shared && s.shared) && !h.pausedDuring(q.w, s.start, s.start) {
+				if h.clockJumpedDuring(q.start, s.start) {
+					clockOverlaps++ // the clock limit of DESIGN §6, measured
+					if len(clockDetails) < 3 {
+						clockDetails = append(clockDetails, fmt.Sprintf("worker %d (fence %d%s) held until %s after worker %d (fence %d%s) began",
+							q.w, q.fence, sharedMark(q.shared), time.Duration(q.end-s.start), s.w, s.fence, sharedMark(s.shared)))
+					}
+					continue
+				}
 				violations++
 				errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
 					q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
@@ -616,9 +634,9 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), violations %d",
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d, violations %d",
 		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), adopted, violations)
+		worst.Round(time.Millisecond), adopted, clockOverlaps, violations) + clockNote(clockDetails)
 }
 
 // killedAfter returns the first time worker w was killed after from.

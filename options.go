@@ -92,7 +92,10 @@ type lockerConfig struct {
 // renewal, and, if fewer than n replicas are up, every acquisition. The
 // default, 0, waits for none; n < 0 is an error wrapping ErrInvalid.
 // Releases are not acknowledged: a release lost in a failover leaves a key
-// that expires after its TTL.
+// that expires after its TTL. A server without WAIT (ElastiCache Serverless,
+// for one) refuses every acquisition with ErrMisconfigured, saying that
+// WithReplicaAck needs WAIT; the lock its script wrote is released before
+// the acquisition returns.
 func WithReplicaAck(n int) Option {
 	return func(c *lockerConfig) {
 		if n < 0 {

@@ -47,6 +47,9 @@ func (o *outcome) decided(callerDone bool) { o.callerDone = callerDone }
 
 // failed counts node i's failure.
 func (o *outcome) failed(l *Locker, i int, err error) {
+	if l.slotMoving(i, err) {
+		err = &slotMovingError{err}
+	}
 	if permanent(err) {
 		o.misconfigured++
 	} else {

@@ -184,10 +184,12 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	lean := shape == plainInRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
-			if lean {
-				return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
-			}
-			return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, shape, false)
+			return l.whileSlotMoves(ctx, i, func() (int64, error) {
+				if lean {
+					return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
+				}
+				return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, shape, false)
+			})
 		}),
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key

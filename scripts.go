@@ -22,7 +22,7 @@ func runOn(ctx context.Context, c script.Processor, s *script.Script, args []any
 			err = versionError(ctx, uc, err)
 		}
 	}
-	return v, err
+	return v, noScripting(err)
 }
 
 // MinRedisVersion is the oldest Redis version that dlock's scripts run on:

@@ -75,6 +75,12 @@ var ErrNoRedisServer = redisserver.ErrNoRedisServer
 // WithArgs("--maxmemory", "10mb").
 func WithArgs(args ...string) Option { return redisserver.WithArgs(args...) }
 
+// WithEnv adds environment variables ("NAME=value") to the server's, which
+// is otherwise the test process's: for example LD_PRELOAD and FAKETIME_*
+// to run it under libfaketime, with a clock of the test's choosing (clock
+// faults). A restarted server keeps them.
+func WithEnv(kv ...string) Option { return redisserver.WithEnv(kv...) }
+
 // WithTLS makes a server also listen for TLS, on a port of its own
 // (Server.TLSAddr), with the server certificate of files; with mutual,
 // clients must present a certificate signed by its CA.
@@ -110,6 +116,27 @@ func NewCluster(n int) (*Cluster, error) { return redisserver.NewCluster(n) }
 // replica's link to its master is up. The caller must call Close.
 func NewClusterWithReplicas(n, replicas int) (*Cluster, error) {
 	return redisserver.NewClusterWithReplicas(n, replicas)
+}
+
+// NewClusterWith is NewClusterWithReplicas with options for every server of
+// the cluster: WithArgs (a setting, or a command renamed away, as a
+// managed service lacks it: "--rename-command", "SPUBLISH", ""), WithEnv.
+// The caller must call Close.
+func NewClusterWith(n, replicas int, opts ...Option) (*Cluster, error) {
+	return redisserver.NewClusterWith(n, replicas, opts...)
+}
+
+// StartClusterWith starts a Redis Cluster of n masters with replicas
+// replicas each, every server with opts (see NewClusterWith), for the
+// test, stopped in the test's Cleanup.
+func StartClusterWith(tb testing.TB, n, replicas int, opts ...Option) *Cluster {
+	tb.Helper()
+	c, err := NewClusterWith(n, replicas, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // Start starts a redis-server for the test and stops it in the test's Cleanup.

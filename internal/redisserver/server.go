@@ -34,7 +34,8 @@ type Server struct {
 	port    int
 	tlsAddr string // "" without WithTLS
 	args    []string
-	dir     string // removed by Close, if set
+	env     []string // added to the test process's environment (WithEnv)
+	dir     string   // removed by Close, if set
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -48,6 +49,7 @@ type Option func(*config)
 
 type config struct {
 	extra  []string
+	env    []string
 	tls    *TLSFiles
 	mutual bool
 }
@@ -56,6 +58,14 @@ type config struct {
 // WithArgs("--maxmemory", "10mb").
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.extra = append(c.extra, args...) }
+}
+
+// WithEnv adds environment variables ("NAME=value") to the server's, which
+// is otherwise the test process's: for example LD_PRELOAD and FAKETIME_*
+// to run it under libfaketime, with a clock of the test's choosing. A
+// restarted server keeps them.
+func WithEnv(kv ...string) Option {
+	return func(c *config) { c.env = append(c.env, kv...) }
 }
 
 // Binary returns the path of the redis-server binary that servers are started
@@ -79,7 +89,7 @@ func NewServer(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	var tlsPort int
-	s, err := startOnFreePort(bin, "", func(port int) ([]string, error) {
+	s, err := startOnFreePort(bin, "", c.env, func(port int) ([]string, error) {
 		var args []string
 		args, tlsPort, err = c.args("127.0.0.1", port)
 		return args, err
@@ -114,7 +124,7 @@ func NewServerAt(addr string, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("dlocktest: %s is in use: %w", addr, err)
 	}
 	l.Close()
-	s := &Server{port: port, addr: net.JoinHostPort(host, p)}
+	s := &Server{port: port, addr: net.JoinHostPort(host, p), env: c.env}
 	var tlsPort int
 	if s.args, tlsPort, err = c.args(host, port); err != nil {
 		return nil, err
@@ -188,14 +198,14 @@ func (c config) args(host string, port int) ([]string, int, error) {
 // startOnFreePort starts bin with the arguments args gives for a free port.
 // A free port can be taken by someone else between the probe and the
 // server's bind, so it tries again with another port a few times.
-func startOnFreePort(bin, dir string, args func(port int) ([]string, error)) (*Server, error) {
+func startOnFreePort(bin, dir string, env []string, args func(port int) ([]string, error)) (*Server, error) {
 	var lastErr error
 	for i := 0; i < 5; i++ {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s := &Server{port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, env: env}
 		if s.args, err = args(port); err != nil {
 			return nil, err
 		}
@@ -221,7 +231,7 @@ func NewSentinel(masterName string, master *Server) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startOnFreePort(bin, dir, func(port int) ([]string, error) {
+	s, err := startOnFreePort(bin, dir, nil, func(port int) ([]string, error) {
 		conf := filepath.Join(dir, "sentinel.conf")
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
 			"sentinel monitor %s 127.0.0.1 %d 1\n"+
@@ -243,6 +253,9 @@ func NewSentinel(masterName string, master *Server) (*Server, error) {
 
 func (s *Server) start(bin string) error {
 	cmd := exec.Command(bin, s.args...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.Stdout = nil
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
