@@ -25,6 +25,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.tryAcquire(ctx, key, cfg, &a)
+	if movedLimit(&cfg, err) {
+		k, err = l.tryAcquire(ctx, key, cfg, &a)
+	}
 	a.end(k, err)
 	return k, err
 }
@@ -83,6 +86,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.acquire(ctx, key, cfg, &a)
+	if movedLimit(&cfg, err) {
+		k, err = l.acquire(ctx, key, cfg, &a)
+	}
 	a.end(k, err)
 	return k, err
 }

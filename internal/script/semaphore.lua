@@ -11,6 +11,7 @@
 -- KEYS[6] limit          prefix{K}:limit
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers
+-- KEYS[9] old limit      prefix{K}:oldlimit
 -- ARGV: as base.lua's header says (ARGV[1..5] always, ARGV[6..10] for an
 -- attempt that may register as a waiter).
 -- Returns: as base.lua's header says.
@@ -42,6 +43,17 @@ if ty == 'string' then
   return mismatch('1')
 elseif ty ~= 'none' and ty ~= 'zset' then
   return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
+end
+-- A limit that Locker.SetLimit changed from OLD to NEW ("OLD NEW" in
+-- KEYS[9], for its grace): an acquisition that asks for OLD is told NEW
+-- with "DLOCKLIMIT NEW OLD moved" (an older client reads it as a
+-- mismatch), and asks again with NEW, held or not; nothing is written.
+local was = redis.call('GET', KEYS[9])
+if was then
+  local old, new = string.match(was, '^(%d+) (%d+)$')
+  if old == ARGV[5] and new ~= ARGV[5] then
+    return redis.error_reply('DLOCKLIMIT ' .. new .. ' ' .. ARGV[5] .. ' moved')
+  end
 end
 local now = clock()
 local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
