@@ -143,6 +143,9 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		if ctx.Err() != nil && res.cutShort(false) && last != nil {
 			res = *last
 		}
+		if res.final(ctx) && ctx.Err() == nil && movedLimit(&cfg, res.limitErr) {
+			continue // the limit asked for was changed (SetLimit): ask with the new one
+		}
 		if res.final(ctx) {
 			return nil, res.err(key, ctx)
 		}
