@@ -52,11 +52,15 @@ var limitGrace = LimitGrace
 // changed on some: call SetLimit again, which changes nothing twice).
 //
 // Over N masters a permit needs floor(N·n/(n+1))+1 nodes, which depends on
-// n: an acquisition that runs while SetLimit is under way may be counted
-// against the old limit by some nodes and the new one by others. The
-// limit holds exactly for the acquisitions that begin after SetLimit
-// returned; during the change the holders never exceed the larger of the
-// two limits (see docs/safety.md).
+// n, and the nodes change one by one: an acquisition that runs while
+// SetLimit is under way is counted against the old limit by the nodes not
+// yet changed (it needs the old limit's quorum of them) and refused by the
+// others (it then asks again with the new limit). The new limit holds for
+// the acquisitions that begin after SetLimit returned. Until then, on up to
+// six masters, the holders never exceed the larger of the two limits (the
+// counting argument: TestLimitChangeBound); on more masters that is not
+// guaranteed while the change is under way: change the limit while the
+// key is quiet, or accept it. One Redis and a Cluster change atomically.
 func (l *Locker) SetLimit(ctx context.Context, key string, n int) error {
 	if err := l.checkKey(key); err != nil {
 		return err
