@@ -22,6 +22,7 @@ if t ~= 'hash' and t ~= 'none' then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if t == 'none' then
-  redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+  local ttl = redis.call('PTTL', KEYS[1])
+  redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return 1
