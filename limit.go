@@ -41,7 +41,9 @@ var limitGrace = LimitGrace
 // limit within the grace. Only the limit just before the last change is
 // remembered. Processes of a dlock version before SetLimit are not told
 // of the change: while the key is held, their acquisitions with the old
-// limit are ErrMisconfigured.
+// limit are ErrMisconfigured, and their holders' renewals write their own
+// limit back (each renewal of those versions writes the limit): change a
+// limit once every process that uses the key runs this version.
 //
 // Only a held semaphore has a stored limit: a key with no live permit is
 // limited by what its next acquisition asks for, so SetLimit then changes
