@@ -34,8 +34,8 @@
 -- still configured with OLD is admitted against NEW (semaphore.lua). A
 -- raise wakes as many waiters as it frees permits, 100 at most, each as a
 -- semaphore's release wakes one (wake.lua): told on its inbox, its permit
--- reserved for ARGV[3] ms. Those not woken are admitted by the next
--- release or their own timers.
+-- reserved for ARGV[3] ms; the next waiter stands in, as after a release.
+-- Those not woken are admitted by the next release or their own timers.
 local now = false -- server ms, read when needed
 local function clock()
   if not now then
@@ -102,5 +102,8 @@ if woken > 0 and reserve > 0 then
   last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[2], last)
   redis.call('PEXPIREAT', KEYS[6], last)
+end
+if woken > 0 then
+  standIn() -- as after a release: in case a woken waiter died
 end
 return {1, woken}
