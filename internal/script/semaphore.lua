@@ -62,7 +62,10 @@ if live > 0 and held and held ~= ARGV[5] then
   return mismatch(held)
 end
 local mine, resv = claims(now)
-if mine or resv or live < limit then
+-- A reservation counts among the live permits: over the limit only after
+-- Locker.SetLimit lowered it, when a release hands a holder's permit on.
+-- The waiter then waits, as a newcomer would, until fewer are held.
+if mine or (resv and live <= limit) or live < limit then
   c, bad = grantable(false)
   if bad then
     return bad
