@@ -280,10 +280,12 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 		answered[rs.Node] = true
 		switch {
 		case rs.Err != nil:
-			if held, ok := limitMismatch(rs.Err); ok && r.limitErr == nil {
-				e := limitError(r.key, held, cfg.limit, cfg.shared)
-				e.moved, _ = limitMoved(rs.Err) // asked again with it: see SetLimit
-				r.limitErr = e
+			if held, ok := limitMismatch(rs.Err); ok {
+				moved, _ := limitMoved(rs.Err) // asked again with it: see SetLimit
+				if r.limitErr == nil || moved > 0 {
+					e := limitError(r.key, held, cfg.limit, cfg.shared)
+					e.moved, r.limitErr = moved, e
+				}
 			}
 			r.failed(l, rs.Node, rs.Err)
 		case rs.Val.OK:

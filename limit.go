@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -62,7 +64,11 @@ var limitGrace = LimitGrace
 // six masters, the holders never exceed the larger of the two limits (the
 // counting argument: TestLimitChangeBound); on more masters that is not
 // guaranteed while the change is under way: change the limit while the
-// key is quiet, or accept it. One Redis and a Cluster change atomically.
+// key is quiet, or accept it. While the nodes disagree (the change under
+// way, and on the nodes that held no permit until its second round, which
+// records the previous limit there), an acquisition on a Redlock may also
+// be refused as misconfigured: try it again. One Redis and a Cluster
+// change atomically.
 func (l *Locker) SetLimit(ctx context.Context, key string, n int) error {
 	if err := l.checkKey(key); err != nil {
 		return err
@@ -72,59 +78,91 @@ func (l *Locker) SetLimit(ctx context.Context, key string, n int) error {
 	}
 	nm := l.names(key)
 	limit, grace := strconv.Itoa(n), strconv.FormatInt(max(limitGrace.Milliseconds(), 1), 10)
+	o, old, free := l.setLimitRound(ctx, nm, limit, grace, "")
+	if free && old != "" && o.ok >= o.q {
+		// Nodes without a permit keep the previous limit too, so that an
+		// acquisition that asks for it is sent to the new one there as
+		// well (see SetLimit: a second round, only then).
+		l.setLimitRound(ctx, nm, limit, grace, old)
+	}
+	return o.err(key)
+}
+
+// setLimitOutcome is a SetLimit round's outcome, and the shape that refused.
+type setLimitOutcome struct {
+	outcome
+	shape string
+}
+
+// setLimitRound runs setlimit.lua (its ARGV[7] old) on every node and
+// counts the answers; it returns the previous limit that the nodes that
+// changed reported, and whether a node had no permit.
+func (l *Locker) setLimitRound(ctx context.Context, nm *keys.Names, limit, grace, old string) (o setLimitOutcome, prev string, free bool) {
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[[2]int64](func(ctx context.Context, i int, c redis.UniversalClient) ([2]int64, error) {
-			argv := script.SetLimitArgs{Limit: limit, Grace: grace, Waker: l.waker(i, nm)}
+		quorum.RunFunc[limitReply](func(ctx context.Context, i int, c redis.UniversalClient) (limitReply, error) {
+			argv := script.SetLimitArgs{Limit: limit, Grace: grace, Old: old, Waker: l.waker(i, nm)}
 			v, err := l.runScript(ctx, c, l.nodeTimeout(DefaultTTL), script.SetLimit, argv.Command(nm.SetLimitKeys()))
 			if err != nil {
-				return [2]int64{}, err
+				return limitReply{}, err
 			}
-			return parsePair(v)
+			return parseLimitReply(v)
 		}),
-		func(rs []quorum.Result[[2]int64], suspects int) bool {
+		func(rs []quorum.Result[limitReply], suspects int) bool {
 			return quorum.AllAnswering(rs, suspects, len(l.nodes))
 		}, nil)
-	o := l.newOutcome(key, l.quorum)
-	shape := ""
+	o.outcome = l.newOutcome(nm.Key, l.quorum)
 	for _, r := range results {
 		switch {
 		case r.Err != nil:
 			o.failed(l, r.Node, r.Err)
-		case r.Val[0] == 1:
+		case r.Val.code == 1:
 			o.confirmed()
-		case r.Val[0] == -1:
-			shape = "a plain lock"
+			prev = cmp.Or(prev, r.Val.old)
+		case r.Val.code == -1:
+			o.shape = "a plain lock"
 			o.refusal()
-		case r.Val[0] == -2:
-			shape = "shared holds"
+		case r.Val.code == -2:
+			o.shape = "shared holds"
 			o.refusal()
 		default:
+			free = true
 			o.refusal()
 		}
 	}
 	o.missed(l, missing)
+	return o, prev, free
+}
+
+// err is SetLimit's error for key, or nil.
+func (o *setLimitOutcome) err(key string) error {
 	class := o.class(ErrNotHeld)
 	switch {
 	case class == nil:
 		return nil
-	case shape != "":
-		return o.wrap(ErrMisconfigured, fmt.Sprintf("set limit of %q: it is held as %s, which has no limit to change", key, shape))
+	case o.shape != "":
+		return o.wrap(ErrMisconfigured, fmt.Sprintf("set limit of %q: it is held as %s, which has no limit to change", key, o.shape))
 	case class == ErrNotHeld:
 		return o.wrap(ErrNotHeld, fmt.Sprintf("set limit of %q: no permit is held, so no limit is stored: the next acquisition's WithLimit sets it", key))
 	}
 	return o.wrap(class, fmt.Sprintf("set limit of %q%s", key, o.counts("changed it")))
 }
 
-// parsePair reads a script's reply of two integers.
-func parsePair(v any) ([2]int64, error) {
-	if a, ok := v.([]any); ok && len(a) == 2 {
-		x, xok := a[0].(int64)
-		y, yok := a[1].(int64)
-		if xok && yok {
-			return [2]int64{x, y}, nil
+// limitReply is setlimit.lua's reply on one node.
+type limitReply struct {
+	code int64
+	old  string
+}
+
+// parseLimitReply reads setlimit.lua's reply: {code, woken, old}.
+func parseLimitReply(v any) (limitReply, error) {
+	if a, ok := v.([]any); ok && len(a) == 3 {
+		code, cok := a[0].(int64)
+		old, ook := a[2].(string)
+		if cok && ook {
+			return limitReply{code: code, old: old}, nil
 		}
 	}
-	return [2]int64{}, script.BadReply("unexpected reply %v", v)
+	return limitReply{}, script.BadReply("unexpected reply of setlimit.lua: %v", v)
 }
 
 // limitMoved reports whether err is semaphore.lua's answer to an

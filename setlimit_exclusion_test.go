@@ -64,8 +64,9 @@ func (p *limitPhases) next(limit int) {
 // TestSetLimitExclusion, on each topology: workers on three Lockers take
 // permits with limit 2, then, once it was raised, with the old limit or
 // the new one while the limit goes 2 → 4 → 2; no acquisition is refused as
-// misconfigured, and the holders counted against a phase's limit never
-// exceed it.
+// misconfigured (but on a Redlock, where the nodes disagree while a change
+// is under way: see SetLimit), and the holders counted against a phase's
+// limit never exceed it.
 func TestSetLimitExclusion(t *testing.T) {
 	for _, topo := range topologies {
 		t.Run(topo.name, func(t *testing.T) {
@@ -74,6 +75,7 @@ func TestSetLimitExclusion(t *testing.T) {
 			p := &limitPhases{starts: map[int]time.Time{}, limit: 2}
 			stop := make(chan struct{})
 			var mixed atomic.Bool // once the limit was changed: either limit
+			var refused atomic.Int64
 			var wg sync.WaitGroup
 			for w := range 6 {
 				wg.Add(1)
@@ -96,6 +98,12 @@ func TestSetLimitExclusion(t *testing.T) {
 						k, err := l.Acquire(actx, "ex", dlock.WithLimit(limit), dlock.WithTTL(5*time.Second))
 						cancel()
 						if errors.Is(err, dlock.ErrMisconfigured) {
+							if topo.name == "redlock5" {
+								// The nodes disagree while a change is under
+								// way (see SetLimit): refused, not admitted.
+								refused.Add(1)
+								continue
+							}
 							t.Errorf("worker %d, limit %d: %v", w, limit, err)
 							return
 						}
@@ -113,12 +121,15 @@ func TestSetLimitExclusion(t *testing.T) {
 			}
 			set := func(n int) {
 				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
 				for {
 					err := lockers[0].SetLimit(ctx(t), "ex", n)
 					if err == nil {
 						break
 					}
-					if !errors.Is(err, dlock.ErrNotHeld) { // free for a moment: again
+					if !errors.Is(err, dlock.ErrNotHeld) || time.Now().After(deadline) { // free for a moment: again
+						close(stop)
+						wg.Wait()
 						t.Fatal(err)
 					}
 				}
@@ -137,7 +148,8 @@ func TestSetLimitExclusion(t *testing.T) {
 			time.Sleep(700 * time.Millisecond)
 			close(stop)
 			wg.Wait()
-			t.Logf("most holders at once: %d at limit 2, %d at limit 4, %d at limit 2 again", most2, most4, p.peak())
+			t.Logf("most holders at once: %d at limit 2, %d at limit 4, %d at limit 2 again; %d acquisitions refused as misconfigured",
+				most2, most4, p.peak(), refused.Load())
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			for _, e := range p.errs {

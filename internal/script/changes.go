@@ -21,13 +21,13 @@ var (
 // SetLimitArgs are setlimit.lua's ARGV (see its header); the waking ones
 // are a Waker's.
 type SetLimitArgs struct {
-	Limit, Grace any
-	Waker        Waker
+	Limit, Grace, Old any
+	Waker             Waker
 }
 
 // Command is the command of setlimit.lua with keys (SetLimitKeys) and a.
 func (a SetLimitArgs) Command(keys []any) []any {
-	return SetLimit.command(keys, a.Limit, a.Waker.InboxPrefix, a.Waker.Reserve, a.Grace, a.Waker.Listeners, a.Waker.SlotTag)
+	return SetLimit.command(keys, a.Limit, a.Waker.InboxPrefix, a.Waker.Reserve, a.Grace, a.Waker.Listeners, a.Waker.SlotTag, a.Old)
 }
 
 // ProclaimCommand is the command of proclaim.lua with keys (the lock and

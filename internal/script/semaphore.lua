@@ -49,8 +49,9 @@ end
 -- with "DLOCKLIMIT NEW OLD moved" (an older client reads it as a
 -- mismatch), and asks again with NEW, held or not; nothing is written.
 local was = redis.call('GET', KEYS[9])
+local old, new = false, false
 if was then
-  local old, new = string.match(was, '^(%d+) (%d+)$')
+  old, new = string.match(was, '^(%d+) (%d+)$')
   if old == ARGV[5] and new ~= ARGV[5] then
     return redis.error_reply('DLOCKLIMIT ' .. new .. ' ' .. ARGV[5] .. ' moved')
   end
@@ -58,14 +59,22 @@ end
 local now = clock()
 local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local held = redis.call('GET', KEYS[6])
+local stale = false -- permits of OLD, granted here during the change: see below
 if live > 0 and held and held ~= ARGV[5] then
-  return mismatch(held)
+  if not (held == old and new == ARGV[5]) then
+    return mismatch(held)
+  end
+  -- On a quorum, a node that had no permit when the limit changed can
+  -- hold permits of the former limit, granted since by an acquisition that
+  -- the other nodes sent to the new one (and that gives them back): NEW
+  -- waits here, as for a busy key, and is not refused.
+  stale = true
 end
 local mine, resv = claims(now)
 -- A reservation counts among the live permits: over the limit only after
 -- Locker.SetLimit lowered it, when a release hands a holder's permit on.
 -- The waiter then waits, as a newcomer would, until fewer are held.
-if mine or (resv and live <= limit) or live < limit then
+if not stale and (mine or (resv and live <= limit) or live < limit) then
   c, bad = grantable(false)
   if bad then
     return bad

@@ -19,8 +19,12 @@
 --                        limit is told the new one (see semaphore.lua)
 -- ARGV[5] listeners      as release.lua's ARGV[7]
 -- ARGV[6] slot tag       as release.lua's ARGV[10]
+-- ARGV[7] old limit      "" or the limit that the other nodes held before
+--                        (SetLimit's second round on a quorum): a node with
+--                        no live permit keeps "OLD NEW" in KEYS[9] too
 --
--- Returns {code, woken}: code 1 when the key's limit is now ARGV[1]
+-- Returns {code, woken, old}: old is the limit held before ("" if none);
+-- code 1 when the key's limit is now ARGV[1]
 -- (changed, or it was already: a retried command whose reply was lost
 -- changes nothing twice), 0 when the key has no live permit (nothing is
 -- stored, nothing written), -1 when it is a plain lock (or reserved for
@@ -52,7 +56,7 @@ local function other(k, want)
 end
 local ty = redis.call('TYPE', KEYS[2])['ok']
 if ty == 'string' then
-  return {-1, 0}
+  return {-1, 0, ''}
 elseif ty ~= 'zset' and ty ~= 'none' then
   return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
 end
@@ -61,17 +65,20 @@ if other(KEYS[6], 'string') or other(KEYS[9], 'string') or other(KEYS[1], 'zset'
 end
 local held = redis.call('GET', KEYS[6])
 if held == '0' then
-  return {-2, 0}
+  return {-2, 0, ''}
 end
 local live = 0
 if ty == 'zset' then
   live = redis.call('ZCOUNT', KEYS[2], '(' .. clock(), '+inf')
 end
 if live == 0 then
-  return {0, 0}
+  if (ARGV[7] or '') ~= '' and ARGV[7] ~= ARGV[1] then
+    redis.call('SET', KEYS[9], ARGV[7] .. ' ' .. ARGV[1], 'PX', ARGV[4])
+  end
+  return {0, 0, ''}
 end
 if held == ARGV[1] then
-  return {1, 0}
+  return {1, 0, ''}
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
 redis.call('SET', KEYS[6], ARGV[1])
@@ -106,4 +113,4 @@ end
 if woken > 0 then
   standIn() -- as after a release: in case a woken waiter died
 end
-return {1, woken}
+return {1, woken, held or ''}
