@@ -90,6 +90,9 @@ type leadership struct {
 	value atomic.Pointer[string]
 }
 
+// proclaimed records the value Proclaim set (see value).
+func (e *leadership) proclaimed(v string) { e.value.Store(&v) }
+
 // meta is the lock's metadata: a leader's current value (see leadership).
 func (k *Lock) meta() string {
 	if e := k.election; e != nil {

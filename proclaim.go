@@ -63,7 +63,7 @@ func (k *Lock) Proclaim(ctx context.Context, value string) error {
 	if class := o.class(ErrNotHeld); class != nil {
 		return o.wrap(class, fmt.Sprintf("proclaim %q%s", k.key, o.counts("hold it")))
 	}
-	k.election.value.Store(&value)
+	k.election.proclaimed(value)
 	k.announceValue(value)
 	return nil
 }
