@@ -25,6 +25,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.tryAcquire(ctx, key, cfg, &a)
+	if movedLimit(&cfg, err) {
+		k, err = l.tryAcquire(ctx, key, cfg, &a)
+	}
 	a.end(k, err)
 	return k, err
 }
@@ -83,6 +86,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.acquire(ctx, key, cfg, &a)
+	if movedLimit(&cfg, err) {
+		k, err = l.acquire(ctx, key, cfg, &a)
+	}
 	a.end(k, err)
 	return k, err
 }
@@ -136,6 +142,9 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		}
 		if ctx.Err() != nil && res.cutShort(false) && last != nil {
 			res = *last
+		}
+		if res.final(ctx) && ctx.Err() == nil && movedLimit(&cfg, res.limitErr) {
+			continue // the limit asked for was changed (SetLimit): ask with the new one
 		}
 		if res.final(ctx) {
 			return nil, res.err(key, ctx)

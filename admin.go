@@ -103,6 +103,9 @@ type NodeStatus struct {
 	// (the holder's entry in prefix{K}:meta; 0 if there is none), for
 	// Leader.
 	holderFence uint64
+	// transitions is an election's count of terms (see
+	// Leader.Transitions), 0 if none.
+	transitions uint64
 }
 
 // Status reports the state of the lock named key on every node, waiting at
@@ -211,13 +214,13 @@ func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names
 
 // statusReads are the commands of readNodeStatus.
 type statusReads struct {
-	get, fence, limit *redis.StringCmd
-	pttl              *redis.DurationCmd
-	waiters           *redis.IntCmd
-	meta, leases      *redis.MapStringStringCmd // leases: and the writers' intents' ends
-	asked             *redis.MapStringStringCmd // the release requests kept
-	permits           *redis.ZSliceCmd
-	now               *redis.Cmd // time.lua's
+	get, fence, limit, terms *redis.StringCmd
+	pttl                     *redis.DurationCmd
+	waiters                  *redis.IntCmd
+	meta, leases             *redis.MapStringStringCmd // leases: and the writers' intents' ends
+	asked                    *redis.MapStringStringCmd // the release requests kept
+	permits                  *redis.ZSliceCmd
+	now                      *redis.Cmd // time.lua's
 }
 
 // send queues the reads of nm's keys on p, then time.lua, routed by the
@@ -232,6 +235,7 @@ func (r *statusReads) send(ctx context.Context, p redis.Pipeliner, nm *keys.Name
 	r.limit = p.Get(ctx, nm.Limit())
 	r.leases = p.HGetAll(ctx, nm.Leases())
 	r.asked = p.HGetAll(ctx, nm.Asked())
+	r.terms = p.HGet(ctx, nm.Terms(), "n") // an election's count of terms
 	r.now = script.Time.Cmd(ctx, script.TimeCommand(nm.TimeKeys()))
 	_ = p.Process(ctx, r.now)
 }
@@ -299,6 +303,7 @@ func (r *statusReads) status(nowMS int64) NodeStatus {
 	ns.Fence = max(ns.Fence, ns.holderFence)
 	ns.Waiters = r.waiters.Val()
 	ns.Asked = r.pending(ns.token, nowMS)
+	ns.transitions, _ = strconv.ParseUint(r.terms.Val(), 10, 64)
 	return ns
 }
 

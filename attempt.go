@@ -280,8 +280,12 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 		answered[rs.Node] = true
 		switch {
 		case rs.Err != nil:
-			if held, ok := limitMismatch(rs.Err); ok && r.limitErr == nil {
-				r.limitErr = limitError(r.key, held, cfg.limit, cfg.shared)
+			if held, ok := limitMismatch(rs.Err); ok {
+				moved, _ := limitMoved(rs.Err) // asked again with it: see SetLimit
+				if r.limitErr == nil || moved > 0 {
+					e := limitError(r.key, held, cfg.limit, cfg.shared)
+					e.moved, r.limitErr = moved, e
+				}
 			}
 			r.failed(l, rs.Node, rs.Err)
 		case rs.Val.OK:
@@ -578,16 +582,19 @@ func limitMismatch(err error) (held string, ok bool) {
 // its holders use limit held. The copies of a fleet disagree: it is
 // ErrMisconfigured (waiting cannot fix it), and also wraps ErrInvalid (the
 // caller's WithLimit is the one that differs from the holders').
-func limitError(key, held string, asked int, shared bool) error {
+func limitError(key, held string, asked int, shared bool) *limitMismatchError {
 	how := fmt.Sprintf("with limit %d", max(asked, 1))
 	if shared {
 		how = "for a shared hold"
 	}
-	return &limitMismatchError{fmt.Sprintf("%s: %q is held with %s, asked %s: every holder of a key must give the same limit",
+	return &limitMismatchError{msg: fmt.Sprintf("%s: %q is held with %s, asked %s: every holder of a key must give the same limit",
 		ErrMisconfigured.Error(), key, held, how)}
 }
 
-type limitMismatchError struct{ msg string }
+type limitMismatchError struct {
+	msg   string
+	moved int // the limit SetLimit changed the one asked for to, within the grace; 0: none
+}
 
 func (e *limitMismatchError) Error() string { return e.msg }
 

@@ -87,17 +87,23 @@
 //   - [WithLimit](n): a counting semaphore, at most n holders, each with a
 //     Lock of its own; every holder of a key must give the same limit. Over
 //     NewRedlock's N masters a permit needs ⌊N·n/(n+1)⌋+1 grants, so that
-//     n+1 holders can never each hold a quorum.
+//     n+1 holders can never each hold a quorum. [Locker.SetLimit] changes
+//     the limit while the key is held (the holders keep their permits; a
+//     raise wakes waiters at once; the old limit is admitted against the
+//     new one for [LimitGrace]).
 //   - [WithShared]: a shared (read) hold; any number at once, none beside a
 //     plain lock of the key (the writer), and a writer that waits keeps new
 //     shared holds from starting.
 //   - [Locker.AcquireAll]: several keys, every one or none, never
 //     deadlocking with another call that names them in another order.
 //   - [Locker.Campaign]: leader election; the lock is the leadership, its
-//     fence the term, and Release resigns. [Locker.Leader] reads the leader,
-//     [Locker.Observe] streams each change. A waiting candidate may ask for
-//     the leadership ([Locker.RequestLeadership]): it is put first among
-//     the candidates, and the leader is asked to resign.
+//     fence the term, and Release resigns. [Locker.Leader] reads the leader
+//     (with the count of terms, [Leader].Transitions), [Locker.Observe]
+//     streams each change, [Lock.Proclaim] changes the leader's value in
+//     its term, and [Health] answers a Kubernetes probe from the lock's
+//     own state. A waiting candidate may ask for the leadership
+//     ([Locker.RequestLeadership]): it is put first among the candidates,
+//     and the leader is asked to resign.
 //   - [WithMetadata] and [Locker.Status]: who holds a key, for operators.
 //   - [Lock.Detach] and [Locker.Adopt]: a hold handed to another process
 //     (acquire in an API, release in a worker). Detach stops renewing here

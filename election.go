@@ -5,19 +5,31 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 )
 
 // Leader is the leader of an election: the value it published when it won
-// (Campaign) and its term, the fence of its leadership. The zero Leader means
-// that there is none.
+// (Campaign) or later (Proclaim), its term, the fence of its leadership,
+// and how many terms the election has had. The zero Leader means that
+// there is none.
 type Leader struct {
 	Value string
 	Term  uint64
+	// Transitions is the number of terms the election has had, this one
+	// included (the first leader's is 1): how many times leadership
+	// changed hands, from no leader or another. It is counted on the
+	// nodes when each term begins, kept as long as the election's fence
+	// counter (WithFenceRetention after the last term began), and 0 when
+	// it is not known: a leader of a dlock version before this count, or a
+	// count that expired. On a quorum, the largest count of the leader's
+	// nodes.
+	Transitions uint64
 }
 
 // Campaign blocks until the caller is the leader of the election named key,
@@ -71,6 +83,24 @@ func (l *Locker) Campaign(ctx context.Context, key, value string, opts ...LockOp
 type leadership struct {
 	mu      sync.Mutex
 	vacated bool // the vacancy was announced (or the term can no longer be)
+	// value is the leader's value once Proclaim changed it (nil: the
+	// value Campaign published, Lock.metadata); written by Proclaim while
+	// it holds the lock's ops slot, so that a renewal, which writes the
+	// value again on each node, never writes an older one after it.
+	value atomic.Pointer[string]
+}
+
+// proclaimed records the value Proclaim set (see value).
+func (e *leadership) proclaimed(v string) { e.value.Store(&v) }
+
+// meta is the lock's metadata: a leader's current value (see leadership).
+func (k *Lock) meta() string {
+	if e := k.election; e != nil {
+		if v := e.value.Load(); v != nil {
+			return *v
+		}
+	}
+	return k.metadata
 }
 
 // announceTerm announces the leadership's term, unless the lock was lost or
@@ -83,8 +113,23 @@ func (k *Lock) announceTerm(value string) bool {
 		e.vacated = true
 		return false
 	}
-	k.l.announce(k.key, "L "+strconv.FormatUint(k.fence, 10)+" "+k.Token()+" "+value)
+	k.l.elected(k, "L "+strconv.FormatUint(k.fence, 10)+" "+k.Token()+" "+value)
 	return true
+}
+
+// elected announces a new term with elected.lua on every node, as
+// announce does (a hint: a failure is not an error), which also counts the
+// term there (Leader.Transitions) and tells observers the count first.
+func (l *Locker) elected(k *Lock, msg string) {
+	argv := script.ElectedArgs{Token: k.tokenArg, Term: strconv.FormatUint(k.fence, 10),
+		Life: l.counterLife(k.ttl), Channel: l.electionChannel(k.key), Announcement: msg}
+	args := argv.Command(k.names.ElectedKeys())
+	n := len(l.nodes)
+	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
+		quorum.RunFunc[any](func(ctx context.Context, _ int, c redis.UniversalClient) (any, error) {
+			return runOn(ctx, c, script.Elected, args)
+		}),
+		func(rs []quorum.Result[any], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
 }
 
 // resigned announces that the leadership ended (resigned, or given back by
@@ -163,25 +208,7 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 		if n < l.quorum {
 			continue
 		}
-		var ld Leader
-		var ttl time.Duration
-		terms := make(map[uint64]int, n)
-		for _, ns := range st.Nodes {
-			if ns.Err == nil && ns.token == token {
-				t := ns.holderFence
-				if t == 0 {
-					t = ns.Fence // no entry (lost): the counter
-				}
-				terms[t]++
-				if ld.Value == "" {
-					ld.Value = ns.Metadata
-				}
-				if ttl == 0 || (ns.TTL > 0 && ns.TTL < ttl) {
-					ttl = ns.TTL
-				}
-			}
-		}
-		ld.Term = mostCommon(terms)
+		ld, ttl := leaderOf(st.Nodes, token, n)
 		return ld, token, ttl, nil
 	}
 	if most+len(l.nodes)-answered >= l.quorum {
@@ -189,6 +216,37 @@ func (l *Locker) leader(ctx context.Context, key string) (Leader, string, time.D
 		return Leader{}, "", 0, fmt.Errorf("%w: leader of %q: %d of %d nodes answered, %d needed to tell", ErrUnavailable, key, answered, len(l.nodes), l.quorum)
 	}
 	return Leader{}, "", 0, fmt.Errorf("%w: %q", ErrNoLeader, key)
+}
+
+// leaderOf is the leader whose lock token held on n of nodes: the term
+// and the value most of them hold (a node that missed a Proclaim holds the
+// former value until the next renewal), the largest count of terms, and
+// the shortest remaining TTL of its lock.
+func leaderOf(nodes []NodeStatus, token string, n int) (Leader, time.Duration) {
+	var ld Leader
+	var ttl time.Duration
+	terms := make(map[uint64]int, n)
+	values := make(map[string]int, n)
+	for _, ns := range nodes {
+		if ns.Err != nil || ns.token != token {
+			continue
+		}
+		t := ns.holderFence
+		if t == 0 {
+			t = ns.Fence // no entry (lost): the counter
+		}
+		terms[t]++
+		values[ns.Metadata]++
+		if values[ns.Metadata] > values[ld.Value] {
+			ld.Value = ns.Metadata
+		}
+		ld.Transitions = max(ld.Transitions, ns.transitions)
+		if ttl == 0 || (ns.TTL > 0 && ns.TTL < ttl) {
+			ttl = ns.TTL
+		}
+	}
+	ld.Term = mostCommon(terms)
+	return ld, ttl
 }
 
 // mostCommon returns the term most nodes hold, the smallest of those that

@@ -1,6 +1,10 @@
 package dlock
 
-import "github.com/dlock-dev/dlock/internal/quorum"
+import (
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
 
 // CopiesKeepHooks reports whether the go-redis version in use keeps a
 // client's hooks in WithTimeout copies: where it does not (v9.23), calls on a
@@ -11,3 +15,11 @@ func CopiesKeepHooks() bool { return quorum.CopiesKeepHooks() }
 
 // VersionBelow reports whether the dotted version a is below b.
 var VersionBelow = versionBelow
+
+// SetLimitGrace sets the grace after SetLimit (LimitGrace) for a test, and
+// returns the restore.
+func SetLimitGrace(d time.Duration) (restore func()) {
+	old := limitGrace
+	limitGrace = d
+	return func() { limitGrace = old }
+}

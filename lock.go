@@ -137,8 +137,8 @@ func (k *Lock) start(start time.Time) bool {
 func (k *Lock) Key() string { return k.key }
 
 // Metadata returns the metadata the lock was acquired with (WithMetadata),
-// or "".
-func (k *Lock) Metadata() string { return k.metadata }
+// or ""; a leader's (Campaign), its value, the last one Proclaim set.
+func (k *Lock) Metadata() string { return k.meta() }
 
 // Token returns the owner token: 128 random bits, hex-encoded, stored as the
 // lock's value in Redis.

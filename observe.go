@@ -282,6 +282,10 @@ type electionState struct {
 	// the largest known (stale, or the term known was read too high): read
 	// the leader again now.
 	doubt bool
+	// countTerm and count: the largest count of terms (Leader.Transitions)
+	// announced for countTerm, a term not taken yet ("C TERM N" comes
+	// before its term's "L").
+	countTerm, count uint64
 }
 
 // announceGrace is how long an observer that read a term it was not told of
@@ -307,9 +311,12 @@ func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
 		if token == s.token {
 			// The same leadership (on a quorum its term as read may
 			// differ from the one announced: see Leader): back after a
-			// vacancy that a read, not a resignation, reported.
+			// vacancy that a read, not a resignation, reported; or with a
+			// value (Proclaim) or count that an announcement missed.
 			if s.vacated && !s.resigned {
-				s.cur, s.vacated = Leader{Value: ld.Value, Term: s.seen}, false
+				s.cur, s.vacated = Leader{Value: ld.Value, Term: s.seen, Transitions: ld.Transitions}, false
+			} else if !s.vacated {
+				s.cur.Value, s.cur.Transitions = ld.Value, max(s.cur.Transitions, ld.Transitions)
 			}
 			s.unannounced = 0
 			return true
@@ -343,9 +350,11 @@ func (s *electionState) read(ctx context.Context, l *Locker, key string) bool {
 }
 
 // apply updates the state with the announcement p, and reports whether it
-// changed: "L TERM TOKEN VALUE", a leader won TERM; "V TERM", the leader of
-// TERM resigned. An announcement of an older term than the largest known is
-// stale.
+// changed: "L TERM TOKEN VALUE", a leader won TERM; "C TERM N", before it,
+// the election's count of terms (Leader.Transitions); "P TERM TOKEN
+// VALUE", the leader of TERM proclaimed VALUE (one of a term not known yet
+// is taken as its "L"); "V TERM", the leader of TERM resigned. An
+// announcement of an older term than the largest known is stale.
 func (s *electionState) apply(p string) bool {
 	kind, rest, _ := strings.Cut(p, " ")
 	termS, rest, _ := strings.Cut(rest, " ")
@@ -354,12 +363,23 @@ func (s *electionState) apply(p string) bool {
 		return false
 	}
 	token, value, _ := strings.Cut(rest, " ")
+	if kind == "C" {
+		return s.counted(term, token)
+	}
 	switch {
-	case kind == "L" && value == "":
+	case (kind == "L" || kind == "P") && value == "":
 		return false
-	case kind == "L" && term > s.seen:
-		s.cur, s.seen, s.vacated, s.resigned, s.token = Leader{Value: value, Term: term}, term, false, false, token
+	case (kind == "L" || kind == "P") && term > s.seen:
+		var n uint64
+		if s.countTerm == term {
+			n = s.count
+		}
+		s.cur, s.seen, s.vacated, s.resigned, s.token = Leader{Value: value, Term: term, Transitions: n}, term, false, false, token
 		return true
+	case kind == "P" && term == s.seen && token == s.token && !s.vacated:
+		changed := s.cur.Value != value
+		s.cur.Value = value
+		return changed
 	case kind == "L" && token != s.token:
 		s.doubt = true
 		return false
@@ -367,6 +387,26 @@ func (s *electionState) apply(p string) bool {
 		changed := !s.vacated
 		s.cur, s.vacated, s.resigned = Leader{}, true, true
 		return changed
+	}
+	return false
+}
+
+// counted records the count of terms n (a decimal) announced for term: the
+// current leader's, or kept for the term's own announcement.
+func (s *electionState) counted(term uint64, n string) bool {
+	c, err := strconv.ParseUint(n, 10, 64)
+	switch {
+	case err != nil:
+		return false
+	case term == s.seen && !s.vacated:
+		changed := c > s.cur.Transitions
+		s.cur.Transitions = max(s.cur.Transitions, c)
+		return changed
+	case term > s.seen:
+		if s.countTerm != term {
+			s.countTerm, s.count = term, 0
+		}
+		s.count = max(s.count, c)
 	}
 	return false
 }

@@ -271,7 +271,7 @@ func (k *Lock) addTo(c *script.ExtendCall, short bool) {
 		c.AddShort(k.names.ExtendKeysShort(), k.tokenArg, k.fenceArg)
 		return
 	}
-	c.Add(k.names.ExtendKeys(), k.tokenArg, k.metadata, limitArg(k.limit, k.shared), k.fenceArg)
+	c.Add(k.names.ExtendKeys(), k.tokenArg, k.meta(), limitArg(k.limit, k.shared), k.fenceArg)
 }
 
 // renewable reports whether a renewal can lengthen the validity: on a quorum

@@ -22,23 +22,26 @@ type Names struct {
 	// tombstones, unlock.lua the waiting set and the lock;
 	// extend.lua five from the lock on, renew.lua two;
 	// raise.lua four from the lock on;
-	// time.lua the lock. One array, so that a lock's names
+	// time.lua the lock; the acquisitions also take the previous limit
+	// (KEYS[9]: semaphore.lua reads it, see Locker.SetLimit), and
+	// setlimit.lua all nine. One array, so that a lock's names
 	// cost a few small allocations, not a copy per script.
-	Keys [8]any
+	Keys [9]any
 }
 
 // The index of each key in Names.Keys (and KEYS[i+1] in acquire.lua,
 // semaphore.lua, shared.lua and
 // release.lua).
 const (
-	WaitersKey = iota // prefix{K}:waiters
-	LockKey           // prefix{K}: the lock (token, or a sorted set of holders)
-	FenceKey          // prefix{K}:fence
-	DeadKey           // prefix{K}:dead
-	MetaKey           // prefix{K}:meta
-	LimitKey          // prefix{K}:limit
-	LeasesKey         // prefix{K}:wexp
-	WritersKey        // prefix{K}:writers
+	WaitersKey  = iota // prefix{K}:waiters
+	LockKey            // prefix{K}: the lock (token, or a sorted set of holders)
+	FenceKey           // prefix{K}:fence
+	DeadKey            // prefix{K}:dead
+	MetaKey            // prefix{K}:meta
+	LimitKey           // prefix{K}:limit
+	LeasesKey          // prefix{K}:wexp
+	WritersKey         // prefix{K}:writers
+	OldLimitKey        // prefix{K}:oldlimit: "OLD NEW" for a grace after SetLimit
 )
 
 func (n *Names) name(i int) string { return n.Keys[i].(string) }
@@ -67,11 +70,29 @@ func (n *Names) Dead() string { return n.name(DeadKey) }
 // Writers is the key of the exclusive waiters' intents.
 func (n *Names) Writers() string { return n.name(WritersKey) }
 
-// AcquireKeys are the KEYS of acquire.lua, semaphore.lua and shared.lua.
+// OldLimit is the key of a semaphore's previous limit (see setlimit.lua).
+func (n *Names) OldLimit() string { return n.name(OldLimitKey) }
+
+// Terms is the key of an election's count of terms (see elected.lua): not
+// one of Keys, since only the elections' calls name it.
+func (n *Names) Terms() string { return n.Lock() + ":terms" }
+
+// AcquireKeys are the KEYS of acquire.lua, semaphore.lua and shared.lua
+// (the ninth, the previous limit, read by semaphore.lua only).
 func (n *Names) AcquireKeys() []any { return n.Keys[:] }
 
 // ReleaseKeys are release.lua's KEYS.
-func (n *Names) ReleaseKeys() []any { return n.Keys[:] }
+func (n *Names) ReleaseKeys() []any { return n.Keys[:OldLimitKey:OldLimitKey] }
+
+// SetLimitKeys are setlimit.lua's KEYS: all nine.
+func (n *Names) SetLimitKeys() []any { return n.Keys[:] }
+
+// ProclaimKeys are proclaim.lua's KEYS: the lock and its metadata (made
+// per call: a leader proclaims seldom).
+func (n *Names) ProclaimKeys() []any { return []any{n.Keys[LockKey], n.Keys[MetaKey]} }
+
+// ElectedKeys are elected.lua's KEYS: the lock and its count of terms.
+func (n *Names) ElectedKeys() []any { return []any{n.Keys[LockKey], n.Terms()} }
 
 // LockKeys are lock.lua's KEYS: the lock, its counter, its tombstones.
 func (n *Names) LockKeys() []any { return n.Keys[LockKey : DeadKey+1 : DeadKey+1] }
@@ -111,14 +132,15 @@ func Make(prefix, key string) *Names {
 	// One string holds all the names, which are slices of it: a lock's
 	// names cost one allocation (a concatenation of many strings is one).
 	p := prefix
-	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead" + p + "{" + tag + "}:writers"
-	lock := len(p) + len(tag) + 2   // the lock's name: prefix{tag}
-	w := lock + len(":fence")       // where the waiters' name starts
-	e := w + lock + len(":waiters") // where the leases' name starts
-	m := e + lock + len(":wexp")    // where the metadata's name starts
-	li := m + lock + len(":meta")   // where the limit's name starts
-	d := li + lock + len(":limit")  // where the tombstones' name starts
-	wr := d + lock + len(":dead")   // where the writers' name starts
+	all := p + "{" + tag + "}:fence" + p + "{" + tag + "}:waiters" + p + "{" + tag + "}:wexp" + p + "{" + tag + "}:meta" + p + "{" + tag + "}:limit" + p + "{" + tag + "}:dead" + p + "{" + tag + "}:writers" + p + "{" + tag + "}:oldlimit"
+	lock := len(p) + len(tag) + 2     // the lock's name: prefix{tag}
+	w := lock + len(":fence")         // where the waiters' name starts
+	e := w + lock + len(":waiters")   // where the leases' name starts
+	m := e + lock + len(":wexp")      // where the metadata's name starts
+	li := m + lock + len(":meta")     // where the limit's name starts
+	d := li + lock + len(":limit")    // where the tombstones' name starts
+	wr := d + lock + len(":dead")     // where the writers' name starts
+	ol := wr + lock + len(":writers") // where the previous limit's name starts
 	n := &Names{Key: key}
 	n.Keys[LockKey] = all[:lock]
 	n.Keys[FenceKey] = all[:w]
@@ -127,7 +149,8 @@ func Make(prefix, key string) *Names {
 	n.Keys[MetaKey] = all[m:li]
 	n.Keys[LimitKey] = all[li:d]
 	n.Keys[DeadKey] = all[d:wr]
-	n.Keys[WritersKey] = all[wr:]
+	n.Keys[WritersKey] = all[wr:ol]
+	n.Keys[OldLimitKey] = all[ol:]
 	return n
 }
 

@@ -9,17 +9,19 @@ import "testing"
 func TestMake(t *testing.T) {
 	for key, lock := range map[string]string{"job": "dlock:{job}", "}x": "dlock:{\x00}x}", "\x00": "dlock:{\x00\x00}"} {
 		n := Make("dlock:", key)
-		want := []string{lock + ":waiters", lock, lock + ":fence", lock + ":dead", lock + ":meta", lock + ":limit", lock + ":wexp", lock + ":writers"}
+		want := []string{lock + ":waiters", lock, lock + ":fence", lock + ":dead", lock + ":meta", lock + ":limit", lock + ":wexp", lock + ":writers", lock + ":oldlimit"}
 		for i, w := range want {
 			if n.Keys[i] != any(w) {
 				t.Errorf("Make(%q).Keys[%d] = %q, want %q", key, i, n.Keys[i], w)
 			}
 		}
 		if n.Lock() != lock || n.Fence() != lock+":fence" || n.Dead() != lock+":dead" || n.Waiters() != lock+":waiters" ||
-			n.Leases() != lock+":wexp" || n.Meta() != lock+":meta" || n.Limit() != lock+":limit" || n.Writers() != lock+":writers" || n.Key != key {
+			n.Leases() != lock+":wexp" || n.Meta() != lock+":meta" || n.Limit() != lock+":limit" || n.Writers() != lock+":writers" || n.Key != key ||
+			n.OldLimit() != lock+":oldlimit" || n.Terms() != lock+":terms" {
 			t.Errorf("Make(%q) = %+v, want the lock %q", key, n, lock)
 		}
-		if len(n.ExtendKeys()) != 5 || len(n.ExtendKeysShort()) != 2 || len(n.RaiseKeys()) != 4 || len(n.AcquireKeys()) != 8 || len(n.ReleaseKeys()) != 8 ||
+		if len(n.ExtendKeys()) != 5 || len(n.ExtendKeysShort()) != 2 || len(n.RaiseKeys()) != 4 || len(n.AcquireKeys()) != 9 || len(n.ReleaseKeys()) != 8 ||
+			len(n.SetLimitKeys()) != 9 || len(n.ProclaimKeys()) != 2 || len(n.ElectedKeys()) != 2 ||
 			len(n.LockKeys()) != 3 || len(n.UnlockKeys()) != 2 {
 			t.Errorf("Make(%q): the scripts' KEYS have the wrong lengths", key)
 		}

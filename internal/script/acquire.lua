@@ -13,6 +13,7 @@
 -- KEYS[6] limit          prefix{K}:limit
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers
+-- KEYS[9] old limit      prefix{K}:oldlimit (read by semaphore.lua only)
 -- ARGV: as base.lua's header says (ARGV[1..5] always, ARGV[6..10] for an
 -- attempt that may register as a waiter).
 -- Returns: as base.lua's header says.

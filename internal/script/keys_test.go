@@ -32,6 +32,9 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"unlock.lua", unlockSrc, Unlock, n.UnlockKeys()},
 		{"time.lua", timeSrc, Time, n.TimeKeys()},
 		{"adopt.lua", adoptSrc, Adopt, n.ExtendKeys()},
+		{"setlimit.lua", setLimitSrc, SetLimit, n.SetLimitKeys()},
+		{"proclaim.lua", proclaimSrc, Proclaim, n.ProclaimKeys()},
+		{"elected.lua", electedSrc, Elected, n.ElectedKeys()},
 	} {
 		ms := line.FindAllStringSubmatch(s.src, -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {

@@ -54,9 +54,9 @@ var (
 	// the keys of each, in its order).
 	// An acquisition's, by shape: a lock's, a semaphore's, a shared hold's
 	// (base.lua, queue.lua and grant.lua are their shared parts).
-	Acquire   = newScript(include(acquireSrc), 8)
-	Semaphore = newScript(include(semaphoreSrc), 8)
-	Shared    = newScript(include(sharedSrc), 8)
+	Acquire   = newScript(include(acquireSrc), 9)
+	Semaphore = newScript(include(semaphoreSrc), 9)
+	Shared    = newScript(include(sharedSrc), 9)
 	Release   = newScript(include(releaseSrc), 8)
 	Extend    = newScript(extendSrc, 5)
 	Raise     = newScript(raiseSrc, 4)

@@ -11,6 +11,7 @@
 -- KEYS[6] limit          prefix{K}:limit
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers
+-- KEYS[9] old limit      prefix{K}:oldlimit
 -- ARGV: as base.lua's header says (ARGV[1..5] always, ARGV[6..10] for an
 -- attempt that may register as a waiter).
 -- Returns: as base.lua's header says.
@@ -43,14 +44,37 @@ if ty == 'string' then
 elseif ty ~= 'none' and ty ~= 'zset' then
   return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
 end
+-- A limit that Locker.SetLimit changed from OLD to NEW ("OLD NEW" in
+-- KEYS[9], for its grace): an acquisition that asks for OLD is told NEW
+-- with "DLOCKLIMIT NEW OLD moved" (an older client reads it as a
+-- mismatch), and asks again with NEW, held or not; nothing is written.
+local was = redis.call('GET', KEYS[9])
+local old, new = false, false
+if was then
+  old, new = string.match(was, '^(%d+) (%d+)$')
+  if old == ARGV[5] and new ~= ARGV[5] then
+    return redis.error_reply('DLOCKLIMIT ' .. new .. ' ' .. ARGV[5] .. ' moved')
+  end
+end
 local now = clock()
 local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local held = redis.call('GET', KEYS[6])
+local stale = false -- permits of OLD, granted here during the change: see below
 if live > 0 and held and held ~= ARGV[5] then
-  return mismatch(held)
+  if not (held == old and new == ARGV[5]) then
+    return mismatch(held)
+  end
+  -- On a quorum, a node that had no permit when the limit changed can
+  -- hold permits of the former limit, granted since by an acquisition that
+  -- the other nodes sent to the new one (and that gives them back): NEW
+  -- waits here, as for a busy key, and is not refused.
+  stale = true
 end
 local mine, resv = claims(now)
-if mine or resv or live < limit then
+-- A reservation counts among the live permits: over the limit only after
+-- Locker.SetLimit lowered it, when a release hands a holder's permit on.
+-- The waiter then waits, as a newcomer would, until fewer are held.
+if not stale and (mine or (resv and live <= limit) or live < limit) then
   c, bad = grantable(false)
   if bad then
     return bad

@@ -11,6 +11,7 @@
 -- KEYS[6] limit          prefix{K}:limit
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers
+-- KEYS[9] old limit      prefix{K}:oldlimit (read by semaphore.lua only)
 -- ARGV: as base.lua's header says (ARGV[1..5] always, ARGV[6..10] for an
 -- attempt that may register as a waiter; ARGV[11..14] for a shared hold's waiter, to wake
 -- the shared waiters after it).

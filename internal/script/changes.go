@@ -1,0 +1,48 @@
+package script
+
+import _ "embed"
+
+// The scripts that change what a holder holds: a semaphore's limit
+// (setlimit.lua), a leader's value (proclaim.lua), and a new leader's
+// announcement with the count of terms (elected.lua).
+var (
+	//go:embed setlimit.lua
+	setLimitSrc string
+	//go:embed proclaim.lua
+	proclaimSrc string
+	//go:embed elected.lua
+	electedSrc string
+
+	SetLimit = newScript(include(setLimitSrc), 9)
+	Proclaim = newScript(proclaimSrc, 2)
+	Elected  = newScript(electedSrc, 2)
+)
+
+// SetLimitArgs are setlimit.lua's ARGV (see its header); the waking ones
+// are a Waker's.
+type SetLimitArgs struct {
+	Limit, Grace, Old any
+	Waker             Waker
+}
+
+// Command is the command of setlimit.lua with keys (SetLimitKeys) and a.
+func (a SetLimitArgs) Command(keys []any) []any {
+	return SetLimit.command(keys, a.Limit, a.Waker.InboxPrefix, a.Waker.Reserve, a.Grace, a.Waker.Listeners, a.Waker.SlotTag, a.Old)
+}
+
+// ProclaimCommand is the command of proclaim.lua with keys (the lock and
+// its metadata), token and value.
+func ProclaimCommand(keys []any, token, value any) []any {
+	return Proclaim.command(keys, token, value)
+}
+
+// ElectedArgs are elected.lua's ARGV (see its header).
+type ElectedArgs struct {
+	Token, Term, Life, Channel, Announcement any
+}
+
+// Command is the command of elected.lua with keys (the lock and its
+// terms) and a.
+func (a ElectedArgs) Command(keys []any) []any {
+	return Elected.command(keys, a.Token, a.Term, a.Life, a.Channel, a.Announcement)
+}
