@@ -154,9 +154,7 @@ local function extend(KEYS, ARGV)
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
     local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
     redis.call('PEXPIREAT', KEYS[1], last)
-    if live == 0 or not held then
-      -- Not over a limit that Locker.SetLimit changed while this permit
-      -- was held: the holders keep theirs, under the new limit.
+    if live == 0 or not held then -- else keep a limit that SetLimit changed
       redis.call('SET', KEYS[5], ARGV[5])
     end
     redis.call('PEXPIREAT', KEYS[5], last)
