@@ -9,6 +9,7 @@ package dlock_test
 // skips it.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -476,7 +477,7 @@ func testFailoverMode(t *testing.T, mode failoverMode, runs int) {
 		first = append(first, res.firstAcquire.Round(10*time.Millisecond).String()+"/"+res.back.Round(10*time.Millisecond).String())
 	}
 	sum := fmt.Sprintf("%s, TTL %s, %d keys, idle %s: %d runs, %d sections (%d ended by Lost); overlaps %d (in %d runs), fence-order %d, other %d; kill → promoted ≤ %s [%s], kill → first acquisition ≤ %s [first/old master back as a replica: %s], longest successful Acquire %s",
-		mode, failoverTTL(), failoverKeys(), os.Getenv("DLOCK_FAILOVER_IDLE"), runs, total.sections, total.lost, total.overlaps, withOverlap, total.fences, total.other,
+		mode, failoverTTL(), failoverKeys(), cmp.Or(os.Getenv("DLOCK_FAILOVER_IDLE"), "0s"), runs, total.sections, total.lost, total.overlaps, withOverlap, total.fences, total.other,
 		total.promoted.Round(10*time.Millisecond), strings.Join(promoted, " "),
 		total.firstAcquire.Round(10*time.Millisecond), strings.Join(first, " "), total.longestAcquire.Round(10*time.Millisecond))
 	t.Log(sum)
