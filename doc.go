@@ -137,7 +137,9 @@
 //     node out of service for at least one TTL (delayed restart). The same
 //     holds for a failover (Sentinel, Cluster) to a replica that had not yet
 //     received a lock: its holder learns it at its next renewal, through
-//     Lost; [WithReplicaAck] closes that window.
+//     Lost; [WithReplicaAck] closes that window (and grants nothing while
+//     fewer replicas than it waits for are up: after a failover with one
+//     replica, until a replica is back).
 //   - Fences never go backwards as long as the servers' clocks do not step
 //     back, and, over a quorum, the nodes' clocks agree within the time a
 //     restarted node stayed out; a failover faster than a second can repeat

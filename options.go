@@ -89,7 +89,10 @@ type lockerConfig struct {
 // confirmed, tried again until the validity runs out), so a lock that is
 // held survives the failover of its master to any replica that
 // acknowledged it. It costs a replica round trip per acquisition and
-// renewal, and, if fewer than n replicas are up, every acquisition. The
+// renewal, and, if fewer than n replicas are up, every acquisition: with
+// exactly n replicas, a failover leaves the promoted master with n-1, and
+// nothing is granted or renewed (ErrUnavailable; holders are told through
+// Lost at their validity) until another replica replicates from it. The
 // default, 0, waits for none; n < 0 is an error wrapping ErrInvalid.
 // Releases are not acknowledged: a release lost in a failover leaves a key
 // that expires after its TTL. A server without WAIT (ElastiCache Serverless,
