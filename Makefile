@@ -37,9 +37,9 @@ test: redis
 	@deps=$$($(GO) list -deps ./cmd/dlock) || exit 1; \
 	if echo "$$deps" | grep -qxE 'testing|go.uber.org/goleak'; then \
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
-	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 ./...
-	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -parallel 4 -modfile=go.redis-latest.mod \
-		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect|TestShardedFrozenMasterResumes)$$' . ./internal/quorum
+	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 -timeout 20m ./...
+	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -timeout 20m -parallel 4 -modfile=go.redis-latest.mod \
+		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect|TestShardedFrozenMasterResumes|TestDetachAdopt|TestSetLimitExclusion|TestSetLimitGrace|TestProclaim|TestServerFrozenUnderLoad|TestLinearizableLock)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	@for m in extra/*/go.mod examples/go.mod; do \
@@ -93,10 +93,15 @@ soak: redis
 # load, and the linearizability checker's self-tests; then, for
 # RELIABILITY_DURATION each (default 2m), the checker's run under faults
 # (fenced.Store histories checked with porcupine), a live slot migration
-# under load, and the history checker (TestHistory, as make soak). The full log is in
-# reliability.log. CI runs it with a cap on RELIABILITY_DURATION.
+# under load, and the history checker (TestHistory, as make soak); and
+# FAILOVER_RUNS times (default 2) each of the eight failovers under load
+# (a Sentinel's or a Cluster's master killed, with and without
+# WithReplicaAck, the replication link cut first or not: 10-36s each). The
+# full log is in reliability.log. CI runs it with a cap on
+# RELIABILITY_DURATION.
 RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
+FAILOVER_RUNS ?= 2
 reliability: redis
 	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
 		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
@@ -107,8 +112,9 @@ reliability: redis
 	echo "== long runs" >>reliability.log; \
 	DLOCK_RELIABILITY=1 DLOCK_LIN_DURATION=$(RELIABILITY_DURATION) DLOCK_HISTORY_DURATION=$(RELIABILITY_DURATION) \
 		DLOCK_MIGRATION_DURATION=$(RELIABILITY_DURATION) \
-		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestSlotMigrationUnderLoad|TestHistory)$$' . >>reliability.log 2>&1; rc=$$?; \
-	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|history)_test.go'; exit $$rc
+		DLOCK_FAILOVER_RUNS=$(FAILOVER_RUNS) \
+		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestSlotMigrationUnderLoad|TestHistory|TestFailoverUnderLoad)$$' . >>reliability.log 2>&1; rc=$$?; \
+	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|history|failover_load)_test.go'; exit $$rc
 
 # Each fuzz target for FUZZTIME (default 100000x: a count of executions,
 # some seconds each): the reply parsers, key names and options, and the
