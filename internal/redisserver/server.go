@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,12 +89,26 @@ func NewServer(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A directory of its own (removed by Close), unless the options give
+	// one: a replica writes the RDB of its sync there, which would
+	// otherwise land in the caller's working directory, shared by every
+	// server it starts.
+	dir := ""
+	if !slices.Contains(c.extra, "--dir") {
+		if dir, err = os.MkdirTemp("", "dlocktest-server-"); err != nil {
+			return nil, err
+		}
+		c.extra = append(slices.Clone(c.extra), "--dir", dir)
+	}
 	var tlsPort int
-	s, err := startOnFreePort(bin, "", c.env, func(port int) ([]string, error) {
+	s, err := startOnFreePort(bin, dir, c.env, func(port int) ([]string, error) {
 		var args []string
 		args, tlsPort, err = c.args("127.0.0.1", port)
 		return args, err
 	})
+	if err != nil && dir != "" {
+		_ = os.RemoveAll(dir)
+	}
 	if err == nil && c.tls != nil {
 		s.tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 	}
