@@ -179,7 +179,7 @@ func (h *renewFailures) count(key string) int {
 	return h.n[key]
 }
 
-// TestRenewalsBatchFrozen: Redis, 100ms away each way, frozen while a
+// TestRenewalsBatchFrozen: Redis, 50ms away each way, frozen while a
 // Locker holds many locks, renewed in batches: each lock's Lost fires
 // before its key can have expired, counted from the send time of the last
 // command that confirmed that lock and the 100ms it takes to reach Redis
@@ -210,10 +210,12 @@ func TestRenewalsBatchFrozen(t *testing.T) {
 	}
 	waitFor(t, func() bool { return rec.batches() >= 2 }, "two batch renewals")
 	// Then every lock confirmed again through the delay.
-	const oneWay = 100 * time.Millisecond
+	// A round trip of 2·oneWay, well within the node timeout (TTL/5 = 300ms)
+	// also on a loaded machine.
+	const oneWay = 50 * time.Millisecond
 	delayed := time.Now()
 	p.SetLatency(oneWay)
-	waitFor(t, func() bool { return rec.allAfter(delayed, locks) }, "a renewal of every lock 100ms away")
+	waitFor(t, func() bool { return rec.allAfter(delayed, locks) }, "a renewal of every lock 50ms away")
 	if err := s.Freeze(); err != nil {
 		t.Fatal(err)
 	}
