@@ -182,8 +182,8 @@ func (h *renewFailures) count(key string) int {
 // TestRenewalsBatchFrozen: Redis, 50ms away each way, frozen while a
 // Locker holds many locks, renewed in batches: each lock's Lost fires
 // before its key can have expired, counted from the send time of the last
-// command that confirmed that lock and the 100ms it takes to reach Redis
-// (a validity counted from the batch's answer would end 200ms late).
+// command that confirmed that lock and the 50ms it takes to reach Redis
+// (a validity counted from the batch's answer would end 100ms late).
 func TestRenewalsBatchFrozen(t *testing.T) {
 	s, p, c := behindProxy(t)
 	rec := &confirmations{at: make(map[string]time.Time)}
