@@ -178,8 +178,8 @@ func (ks *keyState) signal() {
 func (ks *keyState) woken(i int) {
 	ks.mu.Lock()
 	ks.stopStandIn()
-	for i := range ks.nodes {
-		ks.nodes[i].regAt = time.Time{}
+	for j := range ks.nodes {
+		ks.nodes[j].regAt = time.Time{}
 	}
 	if i < len(ks.nodes) {
 		ks.nodes[i].popped = true
