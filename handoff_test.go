@@ -51,6 +51,7 @@ var handoffShapes = []struct {
 // the first Locker's Close and the detached lock's Release leave it held,
 // and the adopter's Lost fires when the key is force-released.
 func TestDetachAdopt(t *testing.T) {
+	t.Parallel() // mostly waits: beside TestHistory and the others that do
 	for _, topo := range handoffTopologies {
 		t.Run(topo.name, func(t *testing.T) {
 			for _, shape := range handoffShapes {

@@ -68,6 +68,7 @@ func (p *limitPhases) next(limit int) {
 // is under way: see SetLimit), and the holders counted against a phase's
 // limit never exceed it.
 func TestSetLimitExclusion(t *testing.T) {
+	t.Parallel() // mostly waits: beside TestHistory and the others that do
 	for _, topo := range topologies {
 		t.Run(topo.name, func(t *testing.T) {
 			mk := topo.start(t)
