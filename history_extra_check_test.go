@@ -57,9 +57,9 @@ type permit struct {
 // checkLimits checks the semaphore's holders against its limit changes
 // (SetLimit's doc comment): at every moment a permit was granted, the
 // holders never exceed the largest limit that any of them could have been
-// counted against (the limit when its Acquire began, and the limits of the
+// counted against (the limit when its Acquire began, the limits of the
 // changes under way then, or failed and not yet overwritten by a change
-// that returned); and, once a change returned, with none under way since,
+// that returned, and of the changes begun before it was granted); and, once a change returned, with none under way since,
 // the holders whose Acquire began after it never exceed its limit.
 func (h *historyRun) checkLimits(recs []record, errorf func(format string, args ...any)) (string, int) {
 	var changes []limitChange
@@ -119,7 +119,7 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 		most = max(most, len(live))
 		bound := 0
 		for _, q := range live {
-			bound = max(bound, limitsAt(changes, q.asked))
+			bound = max(bound, limitsIn(changes, q.asked, q.start))
 		}
 		excess := len(live) > bound
 		if n, since, settled := settledAt(changes, s.start); settled {
@@ -142,7 +142,7 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 			continue
 		}
 		violations++
-		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"))
+		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s%s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"), h.limitDetail(live, changes, s.start))
 	}
 	okChanges := 0
 	for _, c := range changes {
@@ -180,6 +180,19 @@ func limitsAt(changes []limitChange, t int64) int {
 	return bound
 }
 
+// limitsIn is the largest limit an acquisition that began at from and was
+// granted at to could have been counted against: limitsAt(from), and the
+// limit of every change begun between.
+func limitsIn(changes []limitChange, from, to int64) int {
+	bound := limitsAt(changes, from)
+	for _, c := range changes {
+		if c.start > from && c.start <= to {
+			bound = max(bound, c.n)
+		}
+	}
+	return bound
+}
+
 // startOfLastOK is when the change that returned at end began (0: none).
 func startOfLastOK(changes []limitChange, end int64) int64 {
 	for _, c := range changes {
@@ -210,4 +223,24 @@ func settledAt(changes []limitChange, t int64) (n int, when int64, settled bool)
 		return 0, 0, false
 	}
 	return changes[last].n, changes[last].end, true
+}
+
+// limitDetail shows the holders and the changes near t, for a violation.
+func (h *historyRun) limitDetail(live []permit, changes []limitChange, t int64) string {
+	ts := func(x int64) string { return time.Unix(0, x).Format("05.000") }
+	var b strings.Builder
+	for _, q := range live {
+		fmt.Fprintf(&b, "\n\tworker %d/%d: asked %s, held %s-%s", q.w, q.g, ts(q.asked), ts(q.start), ts(q.end))
+	}
+	for _, c := range changes {
+		if c.end > t-3e9 && c.start < t+1e9 {
+			fmt.Fprintf(&b, "\n\tSetLimit(%d) %s-%s ok %v", c.n, ts(c.start), ts(c.end), c.ok)
+		}
+	}
+	for _, f := range h.faults {
+		if f.end.UnixNano() > t-3e9 && f.start.UnixNano() < t+1e9 {
+			fmt.Fprintf(&b, "\n\t%s (worker %d, node %d) %s-%s", f.kind, f.w, f.node, ts(f.start.UnixNano()), ts(f.end.UnixNano()))
+		}
+	}
+	return b.String()
 }
