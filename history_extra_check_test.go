@@ -2,8 +2,10 @@ package dlock_test
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -66,6 +68,7 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 	var permits []permit
 	open := map[[2]int]*permit{}
 	attempts, failures := 0, map[string]int{}
+	var misconfigured [2]int64
 	for _, r := range recs {
 		switch r.Kind {
 		case "limit-call":
@@ -82,6 +85,12 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 			attempts++
 			if r.Err != "" {
 				failures[r.Err]++
+			}
+			if strings.Contains(r.Err, "misconfigured") && misconfigured[0] == 0 {
+				misconfigured[0] = r.At
+			}
+			if strings.Contains(r.Err, "misconfigured") {
+				misconfigured[1] = r.At
 			}
 		case "begin":
 			id := [2]int{r.W, r.G}
@@ -122,17 +131,9 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 			bound = max(bound, limitsIn(changes, q.asked, q.start))
 		}
 		excess := len(live) > bound
-		if n, since, settled := settledAt(changes, s.start); settled {
-			after := 0
-			for _, q := range live {
-				if q.asked > since {
-					after++
-				}
-			}
-			if after > n {
-				excess = true
-				errorf("semaphore: %d holders that began acquiring after SetLimit(%d) returned, at %s", after, n, time.Unix(0, s.start).Format("15:04:05.000"))
-			}
+		if n, since, settled := settledAt(changes, s.start); settled && s.asked > since && len(live) > n {
+			// Admitted under the new limit, with n holders already.
+			excess, bound = true, n
 		}
 		if !excess {
 			continue
@@ -143,6 +144,9 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 		}
 		violations++
 		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s%s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"), h.limitDetail(live, changes, s.start))
+	}
+	if os.Getenv("DLOCK_HISTORY_DEBUG") != "" && misconfigured[0] != 0 {
+		errorf("misconfigured from %s to %s%s", time.Unix(0, misconfigured[0]).Format("05.000"), time.Unix(0, misconfigured[1]).Format("05.000"), h.limitDetail(nil, changes, misconfigured[0]))
 	}
 	okChanges := 0
 	for _, c := range changes {
@@ -243,4 +247,58 @@ func (h *historyRun) limitDetail(live []permit, changes []limitChange, t int64) 
 		}
 	}
 	return b.String()
+}
+
+// TestHistoryCheckerLimits: the semaphore's check finds three holders of
+// a limit of 2 and accepts four once the limit was raised to 4, also for
+// acquisitions that began before the raise; the election's check finds
+// two leaders at once and counts the asking candidate that led next.
+func TestHistoryCheckerLimits(t *testing.T) {
+	base := time.Now()
+	at := func(ms int) int64 { return base.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	permitRecs := func(w, g, asked, from, to int) []record {
+		return []record{
+			{W: w, G: g, Key: historySemaphore, Kind: "begin", Since: at(asked), At: at(from)},
+			{W: w, G: g, Key: historySemaphore, Kind: "end", At: at(to), Valid: at(to + 1000)},
+		}
+	}
+	change := func(n, from, to int) []record {
+		return []record{
+			{Key: historySemaphore, Kind: "limit-call", Limit: n, At: at(from)},
+			{Key: historySemaphore, Kind: "limit", Limit: n, Since: at(from), At: at(to)},
+		}
+	}
+	term := func(w int, fence uint64, from, to int) []record {
+		return []record{{W: w, Key: historyElection, Kind: "begin", Fence: fence, At: at(from)}, {W: w, Key: historyElection, Kind: "end", Fence: fence, At: at(to), Valid: at(to + 1000)}}
+	}
+	for _, tc := range []struct {
+		name string
+		recs [][]record
+		want int
+	}{
+		{"two of 2", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 200, 300)}, 0},
+		{"three of 2", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300)}, 1},
+		{"four of 4", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300), permitRecs(3, 0, 5, 40, 300)}, 0},
+		{"five of 4", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300), permitRecs(3, 0, 5, 40, 300), permitRecs(3, 1, 5, 50, 300)}, 1},
+		{"asked before the raise", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), change(4, 30, 31), permitRecs(2, 0, 25, 40, 300)}, 0},
+		{"new ones over the lowered limit", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 500), change(2, 30, 31), permitRecs(1, 0, 40, 50, 500), permitRecs(2, 0, 40, 60, 500)}, 1},
+		{"leaders overlap", [][]record{term(0, 1, 0, 100), term(1, 2, 50, 150)}, 1},
+		{"asking candidate next", [][]record{term(0, 1, 0, 100), {{W: 1, Key: historyElection, Kind: "request", At: at(50)}}, term(1, 2, 110, 150)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &historyRun{t: t, ttl: time.Second, paused: map[int][]fault{}, killed: map[int][]time.Time{}}
+			for _, rs := range tc.recs {
+				h.recs = append(h.recs, rs...)
+			}
+			var found []string
+			sum := h.check(func(format string, args ...any) { found = append(found, fmt.Sprintf(format, args...)) })
+			t.Log(sum, found)
+			if want := fmt.Sprintf("violations %d", tc.want); !strings.HasSuffix(sum, want) {
+				t.Errorf("%s: want %s", sum, want)
+			}
+			if tc.name == "asking candidate next" && !strings.Contains(sum, "led next 1 times") {
+				t.Errorf("%s: the asking candidate led next", sum)
+			}
+		})
+	}
 }
