@@ -2,7 +2,6 @@ package dlock_test
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -61,14 +60,15 @@ type permit struct {
 // holders never exceed the largest limit that any of them could have been
 // counted against (the limit when its Acquire began, the limits of the
 // changes under way then, or failed and not yet overwritten by a change
-// that returned, and of the changes begun before it was granted); and, once a change returned, with none under way since,
-// the holders whose Acquire began after it never exceed its limit.
+// that returned, and of the changes begun before it was granted); and,
+// once a change returned, with none begun since, no Acquire that began
+// after it is granted a permit while its limit's worth of permits is held
+// (lowering the limit admits no one new until the holders are below it).
 func (h *historyRun) checkLimits(recs []record, errorf func(format string, args ...any)) (string, int) {
 	var changes []limitChange
 	var permits []permit
 	open := map[[2]int]*permit{}
 	attempts, failures := 0, map[string]int{}
-	var misconfigured [2]int64
 	for _, r := range recs {
 		switch r.Kind {
 		case "limit-call":
@@ -85,12 +85,6 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 			attempts++
 			if r.Err != "" {
 				failures[r.Err]++
-			}
-			if strings.Contains(r.Err, "misconfigured") && misconfigured[0] == 0 {
-				misconfigured[0] = r.At
-			}
-			if strings.Contains(r.Err, "misconfigured") {
-				misconfigured[1] = r.At
 			}
 		case "begin":
 			id := [2]int{r.W, r.G}
@@ -144,9 +138,6 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 		}
 		violations++
 		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s%s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"), h.limitDetail(live, changes, s.start))
-	}
-	if os.Getenv("DLOCK_HISTORY_DEBUG") != "" && misconfigured[0] != 0 {
-		errorf("misconfigured from %s to %s%s", time.Unix(0, misconfigured[0]).Format("05.000"), time.Unix(0, misconfigured[1]).Format("05.000"), h.limitDetail(nil, changes, misconfigured[0]))
 	}
 	okChanges := 0
 	for _, c := range changes {

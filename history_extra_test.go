@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"time"
 
@@ -146,9 +145,6 @@ func historyPermits(w, g int, l *dlock.Locker, ttl time.Duration, stop <-chan st
 		r := record{Key: historySemaphore, G: g, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
 		if err != nil {
 			r.Err = errClass(err)
-			if os.Getenv("DLOCK_HISTORY_DEBUG") != "" {
-				r.Err = err.Error()
-			}
 			emit(r)
 			continue
 		}
