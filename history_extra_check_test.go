@@ -65,6 +65,55 @@ type permit struct {
 // after it is granted a permit while its limit's worth of permits is held
 // (lowering the limit admits no one new until the holders are below it).
 func (h *historyRun) checkLimits(recs []record, errorf func(format string, args ...any)) (string, int) {
+	changes, permits, attempts, failures := h.limitHistory(recs)
+	sort.Slice(permits, func(i, j int) bool { return permits[i].start < permits[j].start })
+	violations, most, clockOverlaps := 0, 0, 0
+	for i, s := range permits {
+		var live []permit
+		for j := i; j >= 0 && j >= i-64; j-- {
+			if q := permits[j]; q.end > s.start && !(j != i && h.pausedDuring(q.w, s.start, s.start)) {
+				live = append(live, q)
+			}
+		}
+		most = max(most, len(live))
+		bound := 0
+		for _, q := range live {
+			bound = max(bound, limitsIn(changes, q.asked, q.start))
+		}
+		excess := len(live) > bound
+		if n, since, settled := settledAt(changes, s.start); settled && s.asked > since && len(live) > n {
+			// Admitted under the new limit, with n holders already.
+			excess, bound = true, n
+		}
+		if !excess {
+			continue
+		}
+		if h.clockJumpedDuring(live[len(live)-1].start, s.start) {
+			clockOverlaps++
+			continue
+		}
+		violations++
+		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s%s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"), h.limitDetail(live, changes, s.start))
+	}
+	okChanges := 0
+	for _, c := range changes {
+		if c.ok {
+			okChanges++
+		}
+	}
+	var fs []string
+	for k, n := range failures {
+		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
+	}
+	sort.Strings(fs)
+	return fmt.Sprintf("semaphore: %d permits, %d attempts (failed: %s), %d SetLimit calls (%d returned nil), most holders at once %d, over the limit after a server's clock jumped %d, %d semaphore violations",
+		len(permits), attempts, strings.Join(fs, ", "), len(changes), okChanges, most, clockOverlaps, violations), violations
+}
+
+// limitHistory reads the semaphore's records: the limit changes, the
+// permits (a killed worker's ending at the kill), the attempts and the
+// failures by class.
+func (h *historyRun) limitHistory(recs []record) ([]limitChange, []permit, int, map[string]int) {
 	var changes []limitChange
 	var permits []permit
 	open := map[[2]int]*permit{}
@@ -110,48 +159,7 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 			permits = append(permits, *p)
 		}
 	}
-	sort.Slice(permits, func(i, j int) bool { return permits[i].start < permits[j].start })
-	violations, most, clockOverlaps := 0, 0, 0
-	for i, s := range permits {
-		var live []permit
-		for j := i; j >= 0 && j >= i-64; j-- {
-			if q := permits[j]; q.end > s.start && !(j != i && h.pausedDuring(q.w, s.start, s.start)) {
-				live = append(live, q)
-			}
-		}
-		most = max(most, len(live))
-		bound := 0
-		for _, q := range live {
-			bound = max(bound, limitsIn(changes, q.asked, q.start))
-		}
-		excess := len(live) > bound
-		if n, since, settled := settledAt(changes, s.start); settled && s.asked > since && len(live) > n {
-			// Admitted under the new limit, with n holders already.
-			excess, bound = true, n
-		}
-		if !excess {
-			continue
-		}
-		if h.clockJumpedDuring(live[len(live)-1].start, s.start) {
-			clockOverlaps++
-			continue
-		}
-		violations++
-		errorf("semaphore: %d holders (bound %d) when worker %d/%d's permit began at %s%s", len(live), bound, s.w, s.g, time.Unix(0, s.start).Format("15:04:05.000"), h.limitDetail(live, changes, s.start))
-	}
-	okChanges := 0
-	for _, c := range changes {
-		if c.ok {
-			okChanges++
-		}
-	}
-	var fs []string
-	for k, n := range failures {
-		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
-	}
-	sort.Strings(fs)
-	return fmt.Sprintf("semaphore: %d permits, %d attempts (failed: %s), %d SetLimit calls (%d returned nil), most holders at once %d, over the limit after a server's clock jumped %d, %d semaphore violations",
-		len(permits), attempts, strings.Join(fs, ", "), len(changes), okChanges, most, clockOverlaps, violations), violations
+	return changes, permits, attempts, failures
 }
 
 // limitsAt is the largest limit an acquisition that began at t could have
