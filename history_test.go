@@ -47,6 +47,13 @@ type record struct {
 	// end: the section went on under a lock that another Locker adopted
 	// (Detach, Adopt: see handOver).
 	Adopted bool `json:"adopted,omitempty"`
+	// The other scenarios' records (history_extra_test.go): the key
+	// ("": the lock's), the goroutine of a semaphore worker, the limit of a
+	// SetLimit, and that a leader resigned because it was asked.
+	Key   string `json:"key,omitempty"`
+	G     int    `json:"g,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+	Asked bool   `json:"asked,omitempty"`
 }
 
 const (
@@ -79,9 +86,14 @@ func historyWorker() int {
 		_ = out.Encode(r)
 	}
 	rnd := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+	extraDone := func() {}
+	if os.Getenv("DLOCK_HISTORY_EXTRA") == "1" {
+		extraDone = historyExtra(w, adopter, ttl, stop, emit)
+	}
 	for {
 		select {
 		case <-stop:
+			extraDone()
 			l.Close()
 			adopter.Close()
 			for _, c := range clients {
@@ -233,6 +245,8 @@ func (h *historyRun) startWorker(w int) {
 		"DLOCK_HISTORY_TTL="+h.ttl.String(), "DLOCK_HISTORY_ADDRS="+strings.Join(addrs, ","))
 	if h.rw {
 		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_RW=1")
+	} else {
+		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_EXTRA=1") // history_extra_test.go
 	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -489,11 +503,28 @@ type section struct {
 func (h *historyRun) check(errorf func(format string, args ...any)) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	byKey := map[string][]record{}
+	for _, r := range h.recs {
+		byKey[r.Key] = append(byKey[r.Key], r)
+	}
+	sum, violations, note := h.checkSections(byKey[""], errorf)
+	if len(byKey[historyElection])+len(byKey[historySemaphore]) > 0 {
+		es, ev := h.checkElection(byKey[historyElection], errorf)
+		ss, sv := h.checkLimits(byKey[historySemaphore], errorf)
+		sum, violations = sum+"; "+es+"; "+ss, violations+ev+sv
+	}
+	return fmt.Sprintf("%s, violations %d", sum, violations) + note
+}
+
+// checkSections checks the exclusive (or shared) sections of one key's
+// records: exclusion, fence order, progress, bounded attempts. It returns
+// a summary, the number of violations and a note on the clock limit.
+func (h *historyRun) checkSections(recs []record, errorf func(format string, args ...any)) (string, int, string) {
 	var secs []section
 	open := map[int]*section{}
 	attempts, adopted, failures := 0, 0, map[string]int{}
 	var longest time.Duration
-	for _, r := range h.recs {
+	for _, r := range recs {
 		switch r.Kind {
 		case "begin":
 			if s := open[r.W]; s != nil {
@@ -634,9 +665,9 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d, violations %d",
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
 		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), adopted, clockOverlaps, violations) + clockNote(clockDetails)
+		worst.Round(time.Millisecond), adopted, clockOverlaps), violations, clockNote(clockDetails)
 }
 
 // killedAfter returns the first time worker w was killed after from.
