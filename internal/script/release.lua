@@ -54,14 +54,7 @@
 -- removed either way).
 --
 -- Which waiters a release wakes, and how: see wake.lua.
-local now = false -- server ms, read when needed
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
+-- #include clock.lua
 local INBOX, LISTENERS, TAG = ARGV[2], ARGV[7], ARGV[10] or ''
 -- #include wake.lua
 if ARGV[8] ~= '0' then

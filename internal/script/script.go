@@ -29,6 +29,8 @@ var (
 	raiseSrc string
 	//go:embed wake.lua
 	wakeSrc string
+	//go:embed clock.lua
+	clockSrc string
 	//go:embed base.lua
 	baseSrc string
 	//go:embed queue.lua
@@ -90,6 +92,7 @@ func newScript(src string, keys int) *Script {
 // "-- #include NAME" (indented or not) of a script is replaced by NAME.
 var fragments = map[string]*string{
 	"wake.lua":  &wakeSrc,  // waking waiters: release.lua and shared.lua
+	"clock.lua": &clockSrc, // the server's time read once: release.lua, setlimit.lua
 	"base.lua":  &baseSrc,  // acquire.lua, semaphore.lua, shared.lua
 	"queue.lua": &queueSrc, // the same
 	"grant.lua": &grantSrc, // the same

@@ -40,14 +40,7 @@
 -- semaphore's release wakes one (wake.lua): told on its inbox, its permit
 -- reserved for ARGV[3] ms; the next waiter stands in, as after a release.
 -- Those not woken are admitted by the next release or their own timers.
-local now = false -- server ms, read when needed
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
+-- #include clock.lua
 local INBOX, LISTENERS, TAG = ARGV[2], ARGV[5], ARGV[6] or ''
 -- #include wake.lua
 local function other(k, want)
