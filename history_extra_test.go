@@ -80,16 +80,17 @@ func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan str
 			close(asked)
 		}
 		k, err := l.Campaign(ctx, historyElection, "w", dlock.WithTTL(ttl))
+		returned := time.Now() // before the asking goroutine ends, which may take a node's timeout
 		cancel()
 		<-asked
-		r := record{Key: historyElection, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
+		r := record{Key: historyElection, Kind: "attempt", Since: since.UnixNano(), At: returned.UnixNano()}
 		if err != nil {
 			r.Err = errClass(err)
 			emit(r)
 			continue
 		}
 		emit(r)
-		emit(record{Key: historyElection, Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano()})
+		emit(record{Key: historyElection, Kind: "begin", Fence: k.Fence(), At: returned.UnixNano()})
 		work := time.Duration(50+rnd.IntN(400)) * time.Millisecond
 		if rnd.IntN(10) == 0 {
 			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))

@@ -582,6 +582,7 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 	// fences: every fence given (never twice, over a Redlock too).
 	fences := map[uint64]bool{}
 	lost, late, shared, sharedOverlaps, clockOverlaps := 0, 0, 0, 0, 0
+	begunLate, last := 0, -1
 	var clockDetails []string
 	for i, s := range secs {
 		if s.lost {
@@ -598,22 +599,32 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 			errorf("fence %d issued twice", s.fence)
 		}
 		fences[s.fence] = true
-		if i == 0 {
-			continue
-		}
 		// Fences follow the order of the sections, except between shared
-		// holds (granted at once, recorded in any order).
-		p := secs[i-1]
-		if s.fence <= p.fence && !(s.shared && p.shared) {
-			violations++
-			errorf("fence %d (worker %d) after fence %d (worker %d)", s.fence, s.w, p.fence, p.w)
+		// holds (granted at once, recorded in any order), and except for a
+		// section whose begin was recorded after its validity had ended:
+		// its worker was paused or slow between the grant and the record,
+		// so the record does not tell when it was granted (the next
+		// holder's larger fence is what refuses its writes). Such a
+		// section is counted, and the sections after it are compared with
+		// the last one recorded in time.
+		if s.end <= s.start {
+			begunLate++
+		} else {
+			if last >= 0 {
+				p := secs[last]
+				if s.fence <= p.fence && !(s.shared && p.shared) {
+					violations++
+					errorf("fence %d (worker %d) after fence %d (worker %d)", s.fence, s.w, p.fence, p.w)
+				}
+			}
+			last = i
 		}
 		// Overlap, of sections one of which is exclusive: allowed only
 		// when the earlier holder was paused when the later one began (a
 		// paused process cannot be excluded; the fences then tell them
 		// apart).
 		overlapped := false
-		for j := i - 1; j >= 0 && j >= i-32; j-- {
+		for j := i - 1; j >= 0 && j >= i-32 && s.end > s.start; j-- {
 			q := secs[j]
 			if q.end > s.start && q.shared && s.shared && !overlapped {
 				overlapped = true
@@ -665,8 +676,8 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
-		len(secs), shared, sharedOverlaps, lost, late, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity; %d recorded only after their validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
+		len(secs), shared, sharedOverlaps, lost, late, begunLate, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
 		worst.Round(time.Millisecond), adopted, clockOverlaps), violations, clockNote(clockDetails)
 }
 
@@ -732,6 +743,13 @@ func TestHistoryChecker(t *testing.T) {
 		rs[0].Shared = true
 		return rs
 	}
+	// late: a section whose begin was recorded after its validity ended
+	// (its worker was paused or slow between its grant and the record).
+	late := func(w int, fence uint64, from, to, valid int) []record {
+		rs := sec(w, fence, from, to)
+		rs[1].Lost, rs[1].Valid = true, at(valid)
+		return rs
+	}
 	for _, tc := range []struct {
 		name   string
 		recs   [][]record
@@ -747,6 +765,9 @@ func TestHistoryChecker(t *testing.T) {
 		{"exclusive inside shared", [][]record{shared(0, 1, 0, 30), sec(1, 2, 20, 40)}, nil, 1},
 		{"shared inside exclusive", [][]record{sec(0, 1, 0, 30), shared(1, 2, 20, 40)}, nil, 1},
 		{"shared fence twice on one node", [][]record{shared(0, 1, 0, 30), shared(1, 1, 20, 40)}, nil, 1},
+		{"begun after its validity", [][]record{sec(0, 5, 0, 10), late(1, 4, 20, 30, 15), sec(2, 6, 40, 50)}, nil, 0},
+		{"late begin inside another's section", [][]record{sec(1, 6, 0, 100), late(0, 5, 50, 60, 40)}, nil, 0},
+		{"fence backwards after a late begin", [][]record{sec(0, 5, 0, 10), late(1, 4, 20, 30, 15), sec(2, 5, 40, 50)}, nil, 2},
 		{"paused holder", [][]record{sec(0, 1, 0, 3000), sec(1, 2, 2000, 2010)},
 			map[int][]fault{0: {{start: base.Add(100 * time.Millisecond), end: base.Add(2500 * time.Millisecond)}}}, 0},
 	} {
