@@ -652,3 +652,33 @@ func runConcurrently(t *testing.T, procs, rounds int, env []string, args ...stri
 		t.Error(e)
 	}
 }
+
+// TestDemoFencedCounter: the demo's counter refuses a holder that goes on
+// after a later holder read it (a lower fence), so that a holder paused
+// past its lock's expiry loses no update; fence 0 (no lock) is never
+// refused while no fenced holder came.
+func TestDemoFencedCounter(t *testing.T) {
+	var c fencedCounter
+	if v, ok := c.read(0); !ok || v != 0 {
+		t.Fatalf("read(0) = %d, %v", v, ok)
+	}
+	if !c.write(0, 1) {
+		t.Fatal("write(0) refused")
+	}
+	v, ok := c.read(5) // the late holder (fence 5) read first
+	if !ok {
+		t.Fatal("read(5) refused")
+	}
+	if w, ok := c.read(7); !ok || w != v { // the next holder reads
+		t.Fatalf("read(7) = %d, %v", w, ok)
+	}
+	if c.write(5, v+1) {
+		t.Fatal("the late holder's write (fence 5) was taken after fence 7 read")
+	}
+	if !c.write(7, v+1) || c.value != v+1 || c.refused != 1 {
+		t.Fatalf("value %d, refused %d", c.value, c.refused)
+	}
+	if _, ok := c.read(6); ok {
+		t.Fatal("read(6) after fence 7 was taken")
+	}
+}
