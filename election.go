@@ -88,6 +88,9 @@ type leadership struct {
 	// it holds the lock's ops slot, so that a renewal, which writes the
 	// value again on each node, never writes an older one after it.
 	value atomic.Pointer[string]
+	// terms keeps the election's count of terms while the leadership
+	// lasts (terms.go's).
+	terms termsKeeper
 }
 
 // proclaimed records the value Proclaim set (see value).
@@ -114,6 +117,7 @@ func (k *Lock) announceTerm(value string) bool {
 		return false
 	}
 	k.l.elected(k, "L "+strconv.FormatUint(k.fence, 10)+" "+k.Token()+" "+value)
+	k.keepTerms()
 	return true
 }
 

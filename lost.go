@@ -42,12 +42,15 @@ func (k *Lock) markLost(cause error) {
 	}
 }
 
-// stopTimers takes the lock out of its Locker's timers and renewals; k.mu is
-// held.
+// stopTimers takes the lock out of its Locker's timers and renewals, and
+// stops a leadership's keeper of the count of terms; k.mu is held.
 func (k *Lock) stopTimers() {
 	k.l.timers.remove(k)
 	k.renewAt = time.Time{}
 	k.leaveSchedule()
+	if k.election != nil {
+		k.election.terms.stop()
+	}
 }
 
 func (k *Lock) forget() {

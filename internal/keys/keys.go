@@ -91,7 +91,8 @@ func (n *Names) SetLimitKeys() []any { return n.Keys[:] }
 // per call: a leader proclaims seldom).
 func (n *Names) ProclaimKeys() []any { return []any{n.Keys[LockKey], n.Keys[MetaKey]} }
 
-// ElectedKeys are elected.lua's KEYS: the lock and its count of terms.
+// ElectedKeys are elected.lua's KEYS, and keepterms.lua's: the lock and its
+// count of terms.
 func (n *Names) ElectedKeys() []any { return []any{n.Keys[LockKey], n.Terms()} }
 
 // LockKeys are lock.lua's KEYS: the lock, its counter, its tombstones.

@@ -3,8 +3,9 @@ package script
 import _ "embed"
 
 // The scripts that change what a holder holds: a semaphore's limit
-// (setlimit.lua), a leader's value (proclaim.lua), and a new leader's
-// announcement with the count of terms (elected.lua).
+// (setlimit.lua), a leader's value (proclaim.lua), a new leader's
+// announcement with the count of terms (elected.lua), and the expiry of
+// that count while the leader holds (keepterms.lua).
 var (
 	//go:embed setlimit.lua
 	setLimitSrc string
@@ -12,10 +13,13 @@ var (
 	proclaimSrc string
 	//go:embed elected.lua
 	electedSrc string
+	//go:embed keepterms.lua
+	keepTermsSrc string
 
-	SetLimit = newScript(include(setLimitSrc), 9)
-	Proclaim = newScript(proclaimSrc, 2)
-	Elected  = newScript(electedSrc, 2)
+	SetLimit  = newScript(include(setLimitSrc), 9)
+	Proclaim  = newScript(proclaimSrc, 2)
+	Elected   = newScript(electedSrc, 2)
+	KeepTerms = newScript(keepTermsSrc, 2)
 )
 
 // SetLimitArgs are setlimit.lua's ARGV (see its header); the waking ones
@@ -45,4 +49,10 @@ type ElectedArgs struct {
 // terms) and a.
 func (a ElectedArgs) Command(keys []any) []any {
 	return Elected.command(keys, a.Token, a.Term, a.Life, a.Channel, a.Announcement)
+}
+
+// KeepTermsCommand is the command of keepterms.lua with keys (the lock and
+// its terms: ElectedKeys), token and life (ms, a decimal string).
+func KeepTermsCommand(keys []any, token, life any) []any {
+	return KeepTerms.command(keys, token, life)
 }

@@ -35,6 +35,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"setlimit.lua", setLimitSrc, SetLimit, n.SetLimitKeys()},
 		{"proclaim.lua", proclaimSrc, Proclaim, n.ProclaimKeys()},
 		{"elected.lua", electedSrc, Elected, n.ElectedKeys()},
+		{"keepterms.lua", keepTermsSrc, KeepTerms, n.ElectedKeys()},
 	} {
 		ms := line.FindAllStringSubmatch(s.src, -1)
 		if len(ms) != len(s.keys) || s.sc.numKeys != strconv.Itoa(len(s.keys)) {
