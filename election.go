@@ -24,11 +24,17 @@ type Leader struct {
 	// Transitions is the number of terms the election has had, this one
 	// included (the first leader's is 1): how many times leadership
 	// changed hands, from no leader or another. It is counted on the
-	// nodes when each term begins, kept as long as the election's fence
-	// counter (WithFenceRetention after the last term began), and 0 when
-	// it is not known: a leader of a dlock version before this count, or a
-	// count that expired. On a quorum, the largest count of the leader's
-	// nodes.
+	// nodes when each term begins, and lives there as long as the fence
+	// counter does after a use: the retention (WithFenceRetention), or the
+	// leader's TTL if that is longer. While a leader holds, its process
+	// sets that life again every half of it (renewals do not), so that
+	// the count outlives no leader; after the last leader it is gone that
+	// life after the last time it was set. It is 0 when it is not known: a
+	// leader of a dlock version before this count, or a count that
+	// expired (the leader's process paused, or its nodes unanswering, for
+	// more than half that life); the next term then counts from 1 again. The count is never changed
+	// but by a new term: it can be lost, not made too large. On a quorum,
+	// the largest count of the leader's nodes.
 	Transitions uint64
 }
 

@@ -17,7 +17,7 @@ func TestTransitionsOutliveRetention(t *testing.T) {
 	const (
 		retention = 300 * time.Millisecond
 		ttl       = time.Second // the count lives max(retention, ttl) after a use
-		hold      = 4 * ttl
+		hold      = 3 * ttl
 	)
 	for _, n := range []int{1, 3} {
 		t.Run(map[int]string{1: "single", 3: "redlock3"}[n], func(t *testing.T) {
