@@ -496,6 +496,22 @@ func TestACLEveryFeature(t *testing.T) {
 		}
 	})
 
+	t.Run("the count of terms kept", func(t *testing.T) {
+		// keepterms.lua, every half of the count's life (here the TTL:
+		// the retention is shorter): the count outlives two lives.
+		const ttl = 300 * time.Millisecond
+		c := locker(t, user(t, s.Addr(), 0), dlock.WithFenceRetention(time.Millisecond))
+		k, err := c.Campaign(ctx(t), "kept", "host-c", dlock.WithTTL(ttl))
+		aclNoErr(t, "Campaign", err)
+		time.Sleep(2 * ttl) // the passing of time is the subject, not a wait for an event
+		ld, err := b.Leader(ctx(t), "kept")
+		aclNoErr(t, "Leader", err)
+		if ld.Transitions != 1 {
+			t.Errorf("Leader after two lives of the count: %+v, want 1 transition", ld)
+		}
+		aclNoErr(t, "the resignation", k.Release(ctx(t)))
+	})
+
 	t.Run("WithReplicaAck", func(t *testing.T) {
 		waitFor(t, func() bool {
 			return strings.Contains(admin.Info(ctx(t), "replication").Val(), "state=online")

@@ -28,7 +28,7 @@ type Leader struct {
 	// counter does after a use: the retention (WithFenceRetention), or the
 	// leader's TTL if that is longer. While a leader holds, its process
 	// sets that life again every half of it (renewals do not), so that
-	// the count outlives no leader; after the last leader it is gone that
+	// no leader outlives the count; after the last leader it is gone that
 	// life after the last time it was set. It is 0 when it is not known: a
 	// leader of a dlock version before this count, or a count that
 	// expired (the leader's process paused, or its nodes unanswering, for
