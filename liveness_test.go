@@ -25,7 +25,9 @@ import (
 
 // Item 1: a leadership held longer than the fence retention keeps its
 // counter (renewals refresh it), and Status, Leader and a new Observe report
-// the leader's real term, also after the counter was deleted (an eviction).
+// the leader's real term, also after the counter was deleted (an eviction),
+// and the count of terms (the leader keeps it: see
+// TestTransitionsOutliveRetention).
 func TestLivenessFenceOutlivesRetention(t *testing.T) {
 	s := dlocktest.Start(t)
 	c := s.Client()
@@ -36,7 +38,7 @@ func TestLivenessFenceOutlivesRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Release(ctx(t))
-	want := dlock.Leader{Value: "node-a", Term: k.Fence()}
+	want := dlock.Leader{Value: "node-a", Term: k.Fence(), Transitions: 1}
 	check := func(when string) {
 		t.Helper()
 		if ld, err := l.Leader(ctx(t), "long"); err != nil || ld != want {
