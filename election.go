@@ -49,7 +49,9 @@ type Leader struct {
 // every earlier term; Lost closes when leadership can no longer be guaranteed
 // (the leader must stop acting as leader then); Release resigns, and the next
 // candidate takes over at once. Observers (Observe) are told of the new term
-// when Campaign returns. On failure the error is Acquire's: it wraps
+// when Campaign returns. While it leads, the leadership also keeps the
+// election's count of terms (Leader.Transitions): one command per node
+// every half of the fence retention (or of the TTL, if longer). On failure the error is Acquire's: it wraps
 // ErrNotAcquired and ctx's error when ctx ended first, and ErrClosed when
 // the Locker was closed, also after the lock was granted but before the
 // leadership was announced (Close gave it back, and observers are told of
