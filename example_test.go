@@ -179,6 +179,7 @@ func ExampleLocker_Acquire_errors() {
 	client.HSet(ctx, "dlock:{example:hash}", "field", "value")
 	_, err = locker.Acquire(ctx, "example:hash") // returns at once
 	fmt.Println(classify(err))
+	client.Del(ctx, "dlock:{example:hash}")
 
 	// Nothing listens on port 1.
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})

@@ -34,9 +34,9 @@ func TestMiniredis(t *testing.T) {
 					case server == "redis-server" && err != nil:
 						t.Errorf("on a redis-server: %v", err)
 					case server == "miniredis" && f.fails == "" && err != nil:
-						t.Errorf("on miniredis: %v (the README's table says it works)", err)
+						t.Errorf("on miniredis: %v (the README says it works)", err)
 					case server == "miniredis" && f.fails != "" && err == nil:
-						t.Errorf("works on miniredis now: update the table (here and in the README)")
+						t.Errorf("works on miniredis now: update the table here and the README")
 					case server == "miniredis" && f.fails != "" && !strings.Contains(err.Error(), f.fails):
 						t.Errorf("on miniredis: %v, want an error with %q", err, f.fails)
 					}
