@@ -41,7 +41,10 @@ var limitGrace = LimitGrace
 // grace, or for any other limit, an acquisition whose limit disagrees with
 // the holders' is ErrMisconfigured, as before: give every process the new
 // limit within the grace. Only the limit just before the last change is
-// remembered. Processes of a dlock version before SetLimit are not told
+// remembered, with the key: a node restarted without its data (or the
+// key's eviction) forgets the change and its grace, so that until the
+// holders of one limit have left, an acquisition asking for the other is
+// ErrMisconfigured there. Processes of a dlock version before SetLimit are not told
 // of the change: while the key is held, their acquisitions with the old
 // limit are ErrMisconfigured, and their holders' renewals write their own
 // limit back (each renewal of those versions writes the limit): change a
