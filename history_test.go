@@ -493,6 +493,7 @@ type section struct {
 	w          int
 	fence      uint64
 	start, end int64
+	since      int64 // when the attempt that granted it began (0: not known)
 	lost       bool
 	late       bool // the worker saw the end after its validity (it was slow)
 	shared     bool // a shared hold: it may overlap other shared ones
@@ -522,6 +523,7 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 func (h *historyRun) checkSections(recs []record, errorf func(format string, args ...any)) (string, int, string) {
 	var secs []section
 	open := map[int]*section{}
+	attempted := map[int]int64{} // each worker's last attempt's start
 	attempts, adopted, failures := 0, 0, map[string]int{}
 	var longest time.Duration
 	for _, r := range recs {
@@ -538,7 +540,7 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 				}
 				secs = append(secs, *s)
 			}
-			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At, shared: r.Shared}
+			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At, shared: r.Shared, since: max(r.Since, attempted[r.W])}
 		case "end":
 			if r.Adopted {
 				adopted++
@@ -559,6 +561,7 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 				delete(open, r.W)
 			}
 		case "attempt":
+			attempted[r.W] = r.Since
 			attempts++
 			if r.Err != "" {
 				failures[r.Err]++
@@ -582,7 +585,7 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 	// fences: every fence given (never twice, over a Redlock too).
 	fences := map[uint64]bool{}
 	lost, late, shared, sharedOverlaps, clockOverlaps := 0, 0, 0, 0, 0
-	begunLate, last := 0, -1
+	begunLate, begunLateUnpaused, last := 0, 0, -1
 	var clockDetails []string
 	for i, s := range secs {
 		if s.lost {
@@ -609,6 +612,9 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 		// the last one recorded in time.
 		if s.end <= s.start {
 			begunLate++
+			if !h.pausedDuring(s.w, s.since, s.start) {
+				begunLateUnpaused++ // slow, not paused by the test: reported
+			}
 		} else {
 			if last >= 0 {
 				p := secs[last]
@@ -676,8 +682,8 @@ func (h *historyRun) checkSections(recs []record, errorf func(format string, arg
 		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
 	}
 	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity; %d recorded only after their validity), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
-		len(secs), shared, sharedOverlaps, lost, late, begunLate, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity; %d recorded only after their validity, %d of them not paused by the test), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
+		len(secs), shared, sharedOverlaps, lost, late, begunLate, begunLateUnpaused, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
 		worst.Round(time.Millisecond), adopted, clockOverlaps), violations, clockNote(clockDetails)
 }
 
