@@ -861,7 +861,13 @@ func acquiredWithin(t *testing.T, got <-chan *dlock.Lock, d time.Duration, what 
 // synchronisation of the code under test) until it holds or 10s pass.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitForWithin(t, 10*time.Second, cond, what)
+}
+
+// waitForWithin is waitFor with a limit of its own.
+func waitForWithin(t *testing.T, limit time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

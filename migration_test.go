@@ -303,8 +303,9 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 	}
 	// Release tries a node again while the slot moves, within its node
 	// timeout (200ms): none failed in the runs measured; a loaded machine
-	// may still see one time out.
-	if errs["release"] > len(sections)/50 {
+	// may still see one time out: up to 2% of the releases, rounded up (the
+	// short run of make test holds about 25).
+	if errs["release"] > (len(sections)+49)/50 {
 		t.Errorf("%d releases of %d not confirmed: Release tries a node again while the slot moves", errs["release"], len(sections))
 	}
 	if errs[dlock.ErrMisconfigured.Error()] != 0 || errs["other"] != 0 {
