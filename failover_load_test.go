@@ -218,19 +218,9 @@ func (r *failoverRun) worker(l *dlock.Locker, key string, w int, stop <-chan str
 		if rnd.IntN(2) == 0 {
 			work = time.Second + time.Duration(rnd.Int64N(int64(max(3*time.Second, r.ttl/2))))
 		}
-		lost := false
-		select {
-		case <-time.After(work):
-		case <-k.Lost():
-			lost = true
-		}
-		select {
-		case <-k.Lost():
-			lost = true
-		default:
-		}
-		now := time.Now()
-		r.emit(key, record{W: w, Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil())})
+		end := holdFor(k, work, false)
+		end.W = w
+		r.emit(key, end)
 		_ = k.Release(context.Background())
 		if r.idle > 0 {
 			// The key is left free for a while: an acquisition the

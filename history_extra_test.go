@@ -95,21 +95,9 @@ func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan str
 		if rnd.IntN(10) == 0 {
 			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))
 		}
-		lost, wasAsked := false, false
-		select {
-		case <-time.After(work):
-		case <-k.Asked():
-			wasAsked = true
-		case <-k.Lost():
-			lost = true
-		}
-		select {
-		case <-k.Lost():
-			lost = true
-		default:
-		}
-		now := time.Now()
-		emit(record{Key: historyElection, Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Asked: wasAsked, Valid: recordedValid(now, k.ValidUntil())})
+		end := holdFor(k, work, true)
+		end.Key = historyElection
+		emit(end)
 		_ = k.Release(context.Background())
 	}
 }

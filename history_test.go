@@ -132,21 +132,37 @@ func historyWorker() int {
 		if rnd.IntN(10) == 0 {
 			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))
 		}
-		lost := false
-		select {
-		case <-time.After(work):
-		case <-k.Lost():
-			lost = true
-		}
-		select {
-		case <-k.Lost():
-			lost = true
-		default:
-		}
-		now := time.Now()
-		emit(record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil()), Adopted: handed})
+		end := holdFor(k, work, false)
+		end.Adopted = handed
+		emit(end)
 		_ = k.Release(context.Background())
 	}
+}
+
+// holdFor holds k for work, or until Lost closes (or, with asked, until
+// Asked does: the holder lets go when asked), reads Lost once more, and
+// returns the section's "end" record: its fence, when it ended, whether
+// Lost or Asked closed, and its validity as the checker reads it.
+func holdFor(k *dlock.Lock, work time.Duration, asked bool) record {
+	var askedCh <-chan struct{} // nil: never ready
+	if asked {
+		askedCh = k.Asked()
+	}
+	lost, wasAsked := false, false
+	select {
+	case <-time.After(work):
+	case <-askedCh:
+		wasAsked = true
+	case <-k.Lost():
+		lost = true
+	}
+	select {
+	case <-k.Lost():
+		lost = true
+	default:
+	}
+	now := time.Now()
+	return record{Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Asked: wasAsked, Valid: recordedValid(now, k.ValidUntil())}
 }
 
 // historyLockers are a worker's Locker and the adopter, which takes on the
