@@ -2,15 +2,13 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -121,7 +119,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	nm := l.names(key)
 	st := Status{Key: key, Nodes: make([]NodeStatus, len(l.nodes))}
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[NodeStatus](func(ctx context.Context, _ int, c redis.UniversalClient) (NodeStatus, error) {
+		quorum.RunFunc[NodeStatus](func(ctx context.Context, _ int, c node.Conn) (NodeStatus, error) {
 			return readNodeStatus(ctx, c, nm)
 		}),
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
@@ -192,132 +190,131 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 // no longer has time.lua (a restart, SCRIPT FLUSH) is sent the script once
 // more, with EVAL. It fails with the node's error when a read failed, or
 // when the lock's key is of a type dlock never writes; nothing is written.
-func readNodeStatus(ctx context.Context, c redis.UniversalClient, nm *keys.Names) (NodeStatus, error) {
-	var r statusReads
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		r.send(ctx, p, nm)
-		return nil
-	})
-	if err := r.err(err); err != nil {
+func readNodeStatus(ctx context.Context, c node.Conn, nm *keys.Names) (NodeStatus, error) {
+	rs := c.DoMulti(ctx,
+		[]any{"get", nm.Lock()},
+		[]any{"pttl", nm.Lock()},
+		[]any{"get", nm.Fence()},
+		[]any{"zcard", nm.Waiters()},
+		[]any{"hgetall", nm.Meta()},
+		[]any{"zrange", nm.Lock(), 0, -1, "withscores"}, // a semaphore
+		[]any{"get", nm.Limit()},
+		[]any{"hgetall", nm.Leases()},  // and the writers' intents' ends
+		[]any{"hgetall", nm.Asked()},   // the release requests kept
+		[]any{"hget", nm.Terms(), "n"}, // an election's count of terms
+		script.TimeCommand(nm.TimeKeys()))
+	r := statusReads(rs)
+	if err := r.err(); err != nil {
 		return NodeStatus{}, err
 	}
-	if err := r.now.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		r.now = script.Time.Cmd(ctx, script.Time.Eval(script.TimeCommand(nm.TimeKeys())))
-		_ = c.Process(ctx, r.now)
+	if node.HasErrorPrefix(r[readNow].Err, "NOSCRIPT") {
+		r[readNow].Val, r[readNow].Err = c.Do(ctx, script.Time.Eval(script.TimeCommand(nm.TimeKeys()))...)
 	}
-	nowMS, err := serverMS(r.now)
+	nowMS, err := serverMS(r[readNow])
 	if err != nil {
 		return NodeStatus{}, err
 	}
 	return r.status(nowMS), nil
 }
 
-// statusReads are the commands of readNodeStatus.
-type statusReads struct {
-	get, fence, limit, terms *redis.StringCmd
-	pttl                     *redis.DurationCmd
-	waiters                  *redis.IntCmd
-	meta, leases             *redis.MapStringStringCmd // leases: and the writers' intents' ends
-	asked                    *redis.MapStringStringCmd // the release requests kept
-	permits                  *redis.ZSliceCmd
-	now                      *redis.Cmd // time.lua's
-}
+// statusReads are the replies of readNodeStatus's commands, indexed by
+// the read* constants, in the order it sends them.
+type statusReads []node.Result
 
-// send queues the reads of nm's keys on p, then time.lua, routed by the
-// lock's key.
-func (r *statusReads) send(ctx context.Context, p redis.Pipeliner, nm *keys.Names) {
-	r.get = p.Get(ctx, nm.Lock())
-	r.pttl = p.PTTL(ctx, nm.Lock())
-	r.fence = p.Get(ctx, nm.Fence())
-	r.waiters = p.ZCard(ctx, nm.Waiters())
-	r.meta = p.HGetAll(ctx, nm.Meta())
-	r.permits = p.ZRangeWithScores(ctx, nm.Lock(), 0, -1) // a semaphore
-	r.limit = p.Get(ctx, nm.Limit())
-	r.leases = p.HGetAll(ctx, nm.Leases())
-	r.asked = p.HGetAll(ctx, nm.Asked())
-	r.terms = p.HGet(ctx, nm.Terms(), "n") // an election's count of terms
-	r.now = script.Time.Cmd(ctx, script.TimeCommand(nm.TimeKeys()))
-	_ = p.Process(ctx, r.now)
-}
+const (
+	readGet = iota
+	readPTTL
+	readFence
+	readWaiters
+	readMeta
+	readPermits
+	readLimit
+	readLeases
+	readAsked
+	readTerms
+	readNow // time.lua's
+)
 
-// err is the pipeline's error (its first command's, or the connection's)
-// if it makes the status unreadable: none, redis.Nil (a key that is not
-// there), time.lua's own (see readNodeStatus) and WRONGTYPE (GET or ZRANGE
-// answers it, whichever the lock's key is not) do not, unless GET and
-// ZRANGE both answer WRONGTYPE (a lock's key of another type).
-func (r *statusReads) err(err error) error {
-	if err == nil || errors.Is(err, redis.Nil) || err == r.now.Err() {
-		return nil
+// err is the first read's error if it makes the status unreadable:
+// time.lua's own (see readNodeStatus) and WRONGTYPE (GET or ZRANGE answers
+// it, whichever the lock's key is not) do not, unless GET and ZRANGE both
+// answer WRONGTYPE (a lock's key of another type).
+func (r statusReads) err() error {
+	for i, x := range r[:readNow] {
+		switch {
+		case x.Err == nil:
+		case (i == readGet || i == readPermits) && node.HasErrorPrefix(x.Err, "WRONGTYPE") &&
+			!(node.HasErrorPrefix(r[readGet].Err, "WRONGTYPE") && node.HasErrorPrefix(r[readPermits].Err, "WRONGTYPE")):
+		default:
+			return x.Err
+		}
 	}
-	if redis.HasErrorPrefix(err, "WRONGTYPE") &&
-		!(redis.HasErrorPrefix(r.get.Err(), "WRONGTYPE") && redis.HasErrorPrefix(r.permits.Err(), "WRONGTYPE")) {
-		return nil
-	}
-	return err
+	return nil
 }
 
 // serverMS reads time.lua's reply (TIME's: seconds and microseconds) as
 // Unix milliseconds.
-func serverMS(now *redis.Cmd) (int64, error) {
-	v, err := now.Result()
-	if err != nil {
-		return 0, err
+func serverMS(now node.Result) (int64, error) {
+	if now.Err != nil {
+		return 0, now.Err
 	}
-	if arr, ok := v.([]any); ok && len(arr) == 2 {
+	if arr, ok := now.Val.([]any); ok && len(arr) == 2 {
 		sec, serr := script.ParseUint(arr[0])
 		usec, uerr := script.ParseUint(arr[1])
 		if serr == nil && uerr == nil {
 			return int64(sec)*1000 + int64(usec)/1000, nil
 		}
 	}
-	return 0, script.BadReply("unexpected time reply %v", v)
+	return 0, script.BadReply("unexpected time reply %v", now.Val)
 }
 
 // status is the node's status from the reads, nowMS the server's time.
-func (r *statusReads) status(nowMS int64) NodeStatus {
+func (r statusReads) status(nowMS int64) NodeStatus {
 	var ns NodeStatus
-	if zs, err := r.permits.Result(); err == nil && len(zs) > 0 {
-		ns.addPermits(zs, r.meta.Val(), nowMS)
-		ns.Limit, _ = strconv.Atoi(r.limit.Val())
-		ns.Shared = r.limit.Val() == "0"
+	meta := node.StringMap(r[readMeta].Val)
+	limit := node.String(r[readLimit].Val)
+	permits := node.ScoredMembers(r[readPermits].Val)
+	if len(permits) > 0 {
+		ns.addPermits(permits, meta, nowMS)
+		ns.Limit, _ = strconv.Atoi(limit)
+		ns.Shared = limit == "0"
 	}
-	for f, end := range r.leases.Val() {
+	for f, end := range node.StringMap(r[readLeases].Val) {
 		if e, _ := strconv.ParseInt(end, 10, 64); strings.HasPrefix(f, "i:") && e > nowMS {
 			ns.Writers++
 		}
 	}
-	if v, err := r.get.Result(); err == nil {
+	if v, ok := r[readGet].Val.(string); ok && r[readGet].Err == nil {
 		ns.Held = true
 		ns.Reserved = len(v) > 0 && v[0] == '~'
 		ns.token = v
-		ns.TTL = r.pttl.Val()
-		if ns.TTL < 0 {
-			ns.TTL = -1
+		ns.TTL = -1
+		if ms, ok := node.Int(r[readPTTL].Val); ok && ms >= 0 {
+			ns.TTL = time.Duration(ms) * time.Millisecond
 		}
-		ns.Metadata = r.meta.Val()[v]
-		ns.holderFence, _ = strconv.ParseUint(r.meta.Val()["f:"+v], 10, 64)
+		ns.Metadata = meta[v]
+		ns.holderFence, _ = strconv.ParseUint(meta["f:"+v], 10, 64)
 	}
-	if f, err := r.fence.Uint64(); err == nil {
+	if f, err := strconv.ParseUint(node.String(r[readFence].Val), 10, 64); err == nil {
 		ns.Fence = f
 	}
 	ns.Fence = max(ns.Fence, ns.holderFence)
-	ns.Waiters = r.waiters.Val()
-	ns.Asked = r.pending(ns.token, nowMS)
-	ns.transitions, _ = strconv.ParseUint(r.terms.Val(), 10, 64)
+	ns.Waiters, _ = node.Int(r[readWaiters].Val)
+	ns.Asked = pending(node.StringMap(r[readAsked].Val), ns.token, permits, nowMS)
+	ns.transitions, _ = strconv.ParseUint(node.String(r[readTerms].Val), 10, 64)
 	return ns
 }
 
-// pending is the release request kept for a current holder (the lock's
-// token, or a live permit), or nil.
-func (r *statusReads) pending(token string, nowMS int64) *Request {
-	asked := r.asked.Val()
+// pending is the release request kept in asked for a current holder (the
+// lock's token, or a live permit), or nil.
+func pending(asked map[string]string, token string, permits []node.Scored, nowMS int64) *Request {
 	if len(asked) == 0 {
 		return nil
 	}
 	holders := []string{token}
-	for _, z := range r.permits.Val() {
-		if m, _ := z.Member.(string); int64(z.Score) > nowMS {
-			holders = append(holders, m)
+	for _, z := range permits {
+		if int64(z.Score) > nowMS {
+			holders = append(holders, z.Member)
 		}
 	}
 	for _, h := range holders {
@@ -333,9 +330,9 @@ func (r *statusReads) pending(token string, nowMS int64) *Request {
 // addPermits records a semaphore's permits (its sorted set, scored by
 // expiry in ms on the server's clock, nowMS) with their metadata and
 // fences: the live ones, not those reserved for a woken waiter.
-func (ns *NodeStatus) addPermits(zs []redis.Z, meta map[string]string, nowMS int64) {
+func (ns *NodeStatus) addPermits(zs []node.Scored, meta map[string]string, nowMS int64) {
 	for _, z := range zs {
-		m, _ := z.Member.(string)
+		m := z.Member
 		left := time.Duration(int64(z.Score)-nowMS) * time.Millisecond
 		if left <= 0 || strings.HasPrefix(m, "~") {
 			continue // expired, or reserved for a woken waiter
@@ -374,21 +371,22 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
 			// Release with whatever value the key holds, so that the next
 			// waiter is woken as by a normal release. Try again if the
 			// value changed in between.
 			for range 3 {
-				v, err := c.Get(ctx, nm.Lock()).Result()
-				if redis.HasErrorPrefix(err, "WRONGTYPE") {
+				v, err := c.Do(ctx, "get", nm.Lock())
+				if node.HasErrorPrefix(err, "WRONGTYPE") {
 					// A semaphore: release every permit.
-					ms, err := c.ZRange(ctx, nm.Lock(), 0, -1).Result()
+					ms, err := c.Do(ctx, "zrange", nm.Lock(), 0, -1)
 					if err != nil {
 						return 0, err
 					}
+					members, _ := ms.([]any)
 					var held int64
-					for _, m := range ms {
-						n, err := l.runRelease(ctx, i, c, nm, m, "", true, anyShape, false)
+					for _, m := range members {
+						n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false)
 						if err != nil {
 							return held, err
 						}
@@ -396,11 +394,11 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 					}
 					return held, nil
 				}
-				if errors.Is(err, redis.Nil) {
-					return 0, nil
-				}
 				if err != nil {
 					return 0, err
+				}
+				if v == nil {
+					return 0, nil
 				}
 				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false)
 				if err != nil || n == 1 {

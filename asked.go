@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/inbox"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -62,7 +61,7 @@ func (l *Locker) RequestRelease(ctx context.Context, key, reason string) error {
 		Command([]any{nm.Lock(), nm.Asked()})
 	n := len(l.nodes)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
 			v, err := runOn(ctx, c, script.Asked, args)
 			told, err := script.IntReply("asked.lua", v, err)
 			if err != nil || told > 0 {
@@ -295,16 +294,13 @@ func (l *Locker) readRequests(i int) {
 		return
 	}
 	quorum.Fanout(l.bg, l.nodes[i:i+1], l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[int](func(ctx context.Context, _ int, c redis.UniversalClient) (int, error) {
-			cmds := make([]*redis.StringCmd, len(locks))
-			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for j, k := range locks {
-					cmds[j] = p.HGet(ctx, k.names.Asked(), k.Token())
-				}
-				return nil
-			})
-			for j, cmd := range cmds {
-				if req, ok := parseRequest(cmd.Val()); ok && cmd.Err() == nil {
+		quorum.RunFunc[int](func(ctx context.Context, _ int, c node.Conn) (int, error) {
+			cmds := make([][]any, len(locks))
+			for j, k := range locks {
+				cmds[j] = []any{"hget", k.names.Asked(), k.Token()}
+			}
+			for j, r := range c.DoMulti(ctx, cmds...) {
+				if req, ok := parseRequest(node.String(r.Val)); ok && r.Err == nil {
 					locks[j].tell(req)
 				}
 			}

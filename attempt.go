@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // newToken returns 128 random bits from crypto/rand, hex-encoded.
@@ -211,7 +211,7 @@ type attemptCmd struct {
 // client whose socket deadlines bound its calls, and that does not honour
 // ctx, the second can end up to a node timeout after it); else the shape's
 // script (acquire.lua, semaphore.lua or shared.lua: AcquireArgs.Script).
-func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+func (a *attemptCmd) run(ctx context.Context, i int, c node.Conn) (script.AcquireReply, error) {
 	r, err := a.send(ctx, i, c)
 	if err != nil {
 		err = a.undoRefusedWait(ctx, i, c, err) // WithReplicaAck on a server without WAIT
@@ -220,7 +220,7 @@ func (a *attemptCmd) run(ctx context.Context, i int, c redis.UniversalClient) (s
 }
 
 // send is run's command on node i.
-func (a *attemptCmd) send(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+func (a *attemptCmd) send(ctx context.Context, i int, c node.Conn) (script.AcquireReply, error) {
 	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 	defer asked()
 	if a.lock != nil {
@@ -253,7 +253,7 @@ func (a *attemptCmd) send(ctx context.Context, i int, c redis.UniversalClient) (
 
 // runAcquire runs an acquisition's script (lock.lua or the shape's) on one
 // node and reads its answer.
-func (l *Locker) runAcquire(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script.Script, args []any) (script.AcquireReply, error) {
+func (l *Locker) runAcquire(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any) (script.AcquireReply, error) {
 	v, err := l.runScript(ctx, c, timeout, s, args)
 	if err != nil {
 		return script.AcquireReply{}, err
@@ -408,7 +408,7 @@ type lateAcquire struct {
 }
 
 // Run sends the attempt's command to node i (see attemptCmd.run).
-func (a *lateAcquire) Run(ctx context.Context, i int, c redis.UniversalClient) (script.AcquireReply, error) {
+func (a *lateAcquire) Run(ctx context.Context, i int, c node.Conn) (script.AcquireReply, error) {
 	return a.cmd.run(ctx, i, c)
 }
 
@@ -509,58 +509,27 @@ var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)
 // With WithReplicaAck, it also waits, on the same connection (WAIT counts the
 // writes of its own connection), until enough replicas have the write, and
 // fails with errNotAcked if they do not within most of timeout.
-func (l *Locker) runScript(ctx context.Context, c redis.UniversalClient, timeout time.Duration, s *script.Script, args []any) (any, error) {
+func (l *Locker) runScript(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any) (any, error) {
 	if l.cfg.replicaAck == 0 {
 		return runOn(ctx, c, s, args)
 	}
-	var node redis.Cmdable = c
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, args[3].(string))
-		if err != nil {
-			return nil, err
-		}
-		node = m
-	}
 	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
-	run := func(args []any) (*redis.Cmd, *redis.Cmd) {
-		pipe := node.Pipeline()
-		cmd := s.Cmd(ctx, args)
-		_ = pipe.Process(ctx, cmd)
-		wait := pipe.Do(ctx, "WAIT", l.cfg.replicaAck, waitMS)
-		_, _ = pipe.Exec(ctx)
-		return cmd, wait
+	cmd, wait := c.DoWait(ctx, args, l.cfg.replicaAck, waitMS)
+	if node.HasErrorPrefix(cmd.Err, "NOSCRIPT") {
+		cmd, wait = c.DoWait(ctx, s.Eval(args), l.cfg.replicaAck, waitMS)
 	}
-	cmd, wait := run(args)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd, wait = run(s.Eval(args))
+	if cmd.Err != nil {
+		return nil, noScripting(cmd.Err)
 	}
-	v, err := cmd.Result()
-	if err != nil {
-		return nil, noScripting(movedIsTransient(c, err))
-	}
-	n, err := wait.Int64()
-	switch {
+	n, isInt := node.Int(wait.Val)
+	switch err := wait.Err; {
 	case err != nil && quorum.IsReply(err):
 		// WAIT refused (an ACL without +wait): permanent, not a lag. The
 		// script did write: the error must not pass for a reply that
 		// wrote nothing, so that the grant is cleaned up.
 		return nil, waitRefused(err)
-	case err != nil || n < int64(l.cfg.replicaAck):
+	case err != nil || !isInt || n < int64(l.cfg.replicaAck):
 		return nil, fmt.Errorf("%w: %d of %d replicas", errNotAcked, n, l.cfg.replicaAck)
 	}
-	return v, nil
-}
-
-// movedIsTransient turns a MOVED or ASK that a Cluster node answered to a
-// command sent straight to it (WithReplicaAck pipelines on the key's master
-// as go-redis last knew it) into a transient error, and has the client
-// reload its slots: the slot moved (a failover), and the next attempt goes
-// to the new master.
-func movedIsTransient(c redis.UniversalClient, err error) error {
-	cc, ok := c.(*redis.ClusterClient)
-	if !ok || !(redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-		return err
-	}
-	cc.ReloadState(context.Background())
-	return fmt.Errorf("the slot moved (%s); the cluster's slots are being reloaded", err.Error())
+	return cmd.Val, nil
 }

@@ -6,10 +6,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/cleanup"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -72,10 +71,10 @@ func (l *Locker) cleanRelease(i int) func(j *cleanup.Job, wake, bury bool) (answ
 		// Call bounds it by timeout; l.bg ends it at Close. (No deadline of
 		// its own: the call can then run inline, through the node's
 		// batcher, after every command sent through it before.)
-		_, err, ok, _ := quorum.Call(l.bg, l.nodes[i], timeout, func(ctx context.Context, rc redis.UniversalClient) (int64, error) {
+		_, err, ok, _ := quorum.Call(l.bg, l.nodes[i], timeout, func(ctx context.Context, rc node.Conn) (int64, error) {
 			return l.runRelease(ctx, i, rc, j.Names, j.Expected, j.Leaving, wake, anyShape, bury)
 		}, nil)
-		return ok && err == nil, errors.Is(err, redis.ErrClosed) || permanent(err) && !l.slotMoving(i, err)
+		return ok && err == nil, errors.Is(err, node.ErrClosed) || permanent(err) && !l.slotMoving(i, err)
 	}
 }
 
@@ -97,5 +96,5 @@ func mayHaveRun(n *quorum.Node, err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return false
 	}
-	return !errors.Is(err, redis.ErrClosed) && err.Error() != "redis: connection pool timeout"
+	return !errors.Is(err, node.ErrClosed) && err.Error() != "redis: connection pool timeout"
 }

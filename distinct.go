@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/serverinfo"
 )
@@ -134,7 +135,7 @@ func (s *serverIDs) refusal() error {
 // the function that waits for the answer (bounded by ctx, as the round's
 // command is) and records it, or one that does nothing when there is
 // nothing to ask.
-func (s *serverIDs) ask(ctx context.Context, i int, c redis.UniversalClient) (wait func()) {
+func (s *serverIDs) ask(ctx context.Context, i int, c node.Conn) (wait func()) {
 	if s == nil || s.left.Load() == 0 {
 		return nothingAsked
 	}
@@ -145,8 +146,11 @@ func (s *serverIDs) ask(ctx context.Context, i int, c redis.UniversalClient) (wa
 	}
 	s.asking[i] = true
 	s.mu.Unlock()
-	answer := make(chan *redis.StringCmd, 1)
-	go func() { answer <- c.Info(ctx, "server") }()
+	answer := make(chan node.Result, 1)
+	go func() {
+		v, err := c.Do(ctx, "info", "server")
+		answer <- node.Result{Val: v, Err: err}
+	}()
 	return func() { s.record(i, <-answer) }
 }
 
@@ -154,8 +158,8 @@ func nothingAsked() {}
 
 // record records node i's answer to INFO: its run id, or a refusal (not
 // checked then); a failure to answer leaves it to be asked again.
-func (s *serverIDs) record(i int, cmd *redis.StringCmd) {
-	info, err := cmd.Result()
+func (s *serverIDs) record(i int, r node.Result) {
+	info, err := node.String(r.Val), r.Err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asking[i] = false

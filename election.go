@@ -8,8 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -138,7 +137,7 @@ func (l *Locker) elected(k *Lock, msg string) {
 	args := argv.Command(k.names.ElectedKeys())
 	n := len(l.nodes)
 	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[any](func(ctx context.Context, _ int, c redis.UniversalClient) (any, error) {
+		quorum.RunFunc[any](func(ctx context.Context, _ int, c node.Conn) (any, error) {
 			return runOn(ctx, c, script.Elected, args)
 		}),
 		func(rs []quorum.Result[any], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
@@ -173,8 +172,10 @@ func (l *Locker) announce(key, msg string) {
 	ch := l.electionChannel(key)
 	n := len(l.nodes)
 	quorum.Fanout(context.Background(), l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
-			return c.Publish(ctx, ch, msg).Result()
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
+			v, err := c.Do(ctx, "publish", ch, msg)
+			n, _ := node.Int(v)
+			return n, err
 		}),
 		func(rs []quorum.Result[int64], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
 }

@@ -8,8 +8,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // The three acquisition errors are disjoint: errors.Is(err, ErrNotAcquired)
@@ -110,9 +110,7 @@ var transientReplies = []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CL
 // handshake failure, or a reply dlock cannot read. Network errors and
 // timeouts are not: the node may answer later.
 func permanent(err error) bool {
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		msg := rerr.Error()
+	if msg, ok := node.Reply(err); ok {
 		for _, p := range transientReplies {
 			if strings.HasPrefix(msg, p) {
 				return false

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // maxClaimRounds bounds the rounds in which a Redlock grant claims a larger
@@ -77,7 +77,7 @@ func (l *Locker) raiseOn(ctx context.Context, nm *keys.Names, token string, ttl 
 	raise := script.RaiseArgs{Value: strconv.FormatUint(fence, 10), Life: l.counterLife(ttl), Token: token}
 	args := raise.Command(nm.RaiseKeys())
 	rs, _ := quorum.Fanout(ctx, l.subset(idx), timeout,
-		quorum.RunFunc[script.RaiseReply](func(ctx context.Context, _ int, c redis.UniversalClient) (script.RaiseReply, error) {
+		quorum.RunFunc[script.RaiseReply](func(ctx context.Context, _ int, c node.Conn) (script.RaiseReply, error) {
 			v, err := runOn(ctx, c, script.Raise, args)
 			if err != nil {
 				return script.RaiseReply{}, err

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // A Handoff is what another process needs to take on a held lock with
@@ -223,7 +223,7 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 		return r.Val.Fence, r.Err == nil && r.Val.Held == 1
 	}
 	rs, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c redis.UniversalClient) (script.AdoptReply, error) {
+		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c node.Conn) (script.AdoptReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Adopt, cmd)
 			if err != nil {
 				return script.AdoptReply{}, err

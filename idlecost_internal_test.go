@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
@@ -50,7 +51,7 @@ func TestIdleWaiterAttemptCost(t *testing.T) {
 		t.Helper()
 		a := script.AcquireArgs{Token: token, TTL: "30000", Retention: "60000", Metadata: "", Limit: "1"}
 		w := script.Waiter{Member: "L:1:cost", Lease: "180000", Position: pos, Queued: "1", Refresh: "0"}
-		v, err := script.Acquire.Run(ctx, c, a.WaiterCommand(nm.AcquireKeys(), w))
+		v, err := script.Acquire.Run(ctx, quorum.NewConn(c), a.WaiterCommand(nm.AcquireKeys(), w))
 		if err != nil {
 			t.Fatal(err)
 		}

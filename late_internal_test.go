@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
 // TestLateSetDuringReleaseCleanedUp: a late acquisition answer that arrives
@@ -74,7 +75,7 @@ func TestVersionBelow(t *testing.T) {
 	if !olderServer(err) {
 		t.Errorf("%v: not recognised as an older server's refusal", err)
 	}
-	if got := versionError(context.Background(), c, err); got != err {
+	if got := versionError(context.Background(), quorum.NewConn(c), err); got != err {
 		t.Errorf("versionError on Redis %s: %v", serverVersion(c.Info(context.Background(), "server").Val()), got)
 	}
 }

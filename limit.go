@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -102,7 +101,7 @@ type setLimitOutcome struct {
 // changed reported, and whether a node had no permit.
 func (l *Locker) setLimitRound(ctx context.Context, nm *keys.Names, limit, grace, old string) (o setLimitOutcome, prev string, free bool) {
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[limitReply](func(ctx context.Context, i int, c redis.UniversalClient) (limitReply, error) {
+		quorum.RunFunc[limitReply](func(ctx context.Context, i int, c node.Conn) (limitReply, error) {
 			argv := script.SetLimitArgs{Limit: limit, Grace: grace, Old: old, Waker: l.waker(i, nm)}
 			v, err := l.runScript(ctx, c, l.nodeTimeout(DefaultTTL), script.SetLimit, argv.Command(nm.SetLimitKeys()))
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-dev/dlock/internal/cleanup"
 	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
@@ -402,9 +403,9 @@ func (l *Locker) spawn(fn func()) {
 // error: unauthenticated multibulk length".
 func (l *Locker) nodeErr(i int, err error) error {
 	switch {
-	case !l.nodes[i].Cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CROSSSLOT")):
+	case !l.nodes[i].Cluster && (node.HasErrorPrefix(err, "MOVED") || node.HasErrorPrefix(err, "ASK") || node.HasErrorPrefix(err, "CROSSSLOT")):
 		err = fmt.Errorf("%w (the server is a node of a Redis Cluster, which a plain client reaches only for the keys of its own slots: give dlock a *redis.ClusterClient, from redis.NewClusterClient)", err)
-	case redis.HasErrorPrefix(err, "NOAUTH") || (quorum.IsReply(err) && strings.Contains(err.Error(), "unauthenticated")):
+	case node.HasErrorPrefix(err, "NOAUTH") || (quorum.IsReply(err) && strings.Contains(err.Error(), "unauthenticated")):
 		err = fmt.Errorf("%w (the server requires a password: set Password, and Username for an ACL user, in the client's options)", err)
 	}
 	return &NodeError{Addr: l.nodes[i].Addr, Err: err}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -80,7 +81,7 @@ func waitRefused(err error) error {
 // returns. Once released, the error is an error reply (nothing left: no
 // clean-up follows); if the release fails, err stays what it is, a reply
 // that may have written, and the Locker's clean-up releases it later.
-func (a *attemptCmd) undoRefusedWait(ctx context.Context, i int, c redis.UniversalClient, err error) error {
+func (a *attemptCmd) undoRefusedWait(ctx context.Context, i int, c node.Conn, err error) error {
 	var rerr *script.ReplyError
 	if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Msg, "WithReplicaAck needs WAIT") {
 		return err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/node"
 
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
@@ -24,7 +24,7 @@ import (
 // URL) is for good: it cannot follow it.
 func (l *Locker) slotMoving(i int, err error) bool {
 	return l.nodes[i].Cluster && quorum.IsReply(err) &&
-		(redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+		(node.HasErrorPrefix(err, "MOVED") || node.HasErrorPrefix(err, "ASK"))
 }
 
 // slotMovingError is a MOVED or ASK of a slot on the move (slotMoving):
@@ -44,7 +44,7 @@ func (l *Locker) whileSlotMoves(ctx context.Context, i int, fn func() (int64, er
 	wait := 5 * time.Millisecond
 	for {
 		v, err := fn()
-		if err == nil || !l.nodes[i].Cluster || !(redis.HasErrorPrefix(err, "TRYAGAIN") || l.slotMoving(i, err)) {
+		if err == nil || !l.nodes[i].Cluster || !(node.HasErrorPrefix(err, "TRYAGAIN") || l.slotMoving(i, err)) {
 			return v, err
 		}
 		t := time.NewTimer(wait)

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -54,7 +53,7 @@ func (k *Lock) Proclaim(ctx context.Context, value string) error {
 	args := script.ProclaimCommand(k.names.ProclaimKeys(), k.tokenArg, value)
 	n := len(l.nodes)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(k.TTL()),
-		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
 			v, err := l.runScript(ctx, c, l.nodeTimeout(k.TTL()), script.Proclaim, args)
 			return script.IntReply("proclaim.lua", v, err)
 		}),

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // releaseRound is one round of Release. Its fields are guarded by the
@@ -183,7 +183,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	}
 	lean := shape == plainInRetention && !l.waitedBefore()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		quorum.RunFunc[int64](func(ctx context.Context, i int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
 			return l.whileSlotMoves(ctx, i, func() (int64, error) {
 				if lean {
 					return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
@@ -221,7 +221,7 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 // release.lua, which wakes the next waiter, if unlock.lua found waiters
 // (one round trip more, when a Locker that never waited releases a lock
 // that others wait for).
-func (l *Locker) runUnlock(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, token any) (int64, error) {
+func (l *Locker) runUnlock(ctx context.Context, i int, c node.Conn, nm *keys.Names, token any) (int64, error) {
 	v, err := runOn(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token))
 	n, err := script.IntReply("unlock", v, err)
 	if err != nil || n != script.Other {
@@ -266,7 +266,7 @@ const (
 // every acquisition and renewal set to the retention, needs no change);
 // bury whether to leave a tombstone for expected, a dead token of which a
 // command may still run (see cleaner).
-func (l *Locker) runRelease(ctx context.Context, i int, c redis.UniversalClient, nm *keys.Names, expected any, leaving string, wake bool, shape releaseShape, bury bool) (int64, error) {
+func (l *Locker) runRelease(ctx context.Context, i int, c node.Conn, nm *keys.Names, expected any, leaving string, wake bool, shape releaseShape, bury bool) (int64, error) {
 	var w, m, tomb, life any = "0", "1", "0", l.retentionArg
 	if wake {
 		w = "1"

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
-	"github.com/redis/go-redis/v9"
 )
 
 // Extend sets the lock's TTL to ttl from now, on every node, if the caller
@@ -218,7 +218,7 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 // it does after recording the round's own answers.
 func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*quorum.Node, idx []int, regain string) ([]quorum.Result[int64], []quorum.Missing, chan struct{}) {
 	l := k.l
-	node := func(i int) int {
+	nodeOf := func(i int) int {
 		if idx == nil {
 			return i
 		}
@@ -234,7 +234,7 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		need = len(idx) // regain: as many as answer in time
 	}
 	results, missing := quorum.Fanout(ctx, nodes, timeout,
-		quorum.RunFunc[int64](func(ctx context.Context, _ int, c redis.UniversalClient) (int64, error) {
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
 			v, err := l.runScript(ctx, c, timeout, call.Script(), cmd)
 			vals, errs := script.ExtendReplies(v, err, 1)
 			return vals[0], errs[0]
@@ -244,13 +244,13 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 		},
 		quorum.LateFunc[int64](func(r quorum.Result[int64]) {
 			<-recorded
-			k.lateAnswer(node(r.Node), l.effectOf(node(r.Node), r.Err, r.Val == 1))
+			k.lateAnswer(nodeOf(r.Node), l.effectOf(nodeOf(r.Node), r.Err, r.Val == 1))
 		}))
 	for i := range results {
-		results[i].Node = node(results[i].Node)
+		results[i].Node = nodeOf(results[i].Node)
 	}
 	for i := range missing {
-		missing[i].Node = node(missing[i].Node)
+		missing[i].Node = nodeOf(missing[i].Node)
 	}
 	return results, missing, recorded
 }

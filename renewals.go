@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -362,7 +363,7 @@ func (l *Locker) renewBatch(items []renewItem) {
 		}
 	}
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		quorum.RunFunc[extendReply](func(ctx context.Context, _ int, c redis.UniversalClient) (extendReply, error) {
+		quorum.RunFunc[extendReply](func(ctx context.Context, _ int, c node.Conn) (extendReply, error) {
 			v, err := l.runScript(ctx, c, timeout, call.Script(), cmd)
 			vals, errs := script.ExtendReplies(v, err, len(items))
 			return extendReply{vals, errs}, err

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
@@ -664,7 +665,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	}
 	c := script.NewExtendCall(1, true, "60000", "0", "60000")
 	c.AddShort(nm.ExtendKeysShort(), "tok", "5")
-	v, err := c.Script().Run(ctx(t), narrow, c.Command())
+	v, err := c.Script().Run(ctx(t), quorum.NewConn(narrow), c.Command())
 	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(1) {
 		t.Fatalf("a short group by a user allowed only its two keys: %v, %v", v, err)
 	}
@@ -676,7 +677,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	}
 	w := script.NewExtendCall(1, false, "60000", "0", "60000")
 	w.Add(nm.ExtendKeys(), "tok", "meta", "1", "5")
-	v, err = w.Script().Run(ctx(t), narrow, w.Command())
+	v, err = w.Script().Run(ctx(t), quorum.NewConn(narrow), w.Command())
 	if a, _ := v.([]any); err == nil && len(a) == 1 && a[0] == int64(1) {
 		t.Error("a whole group with metadata succeeded for a user without the metadata key: the ACL check of this test is void")
 	}
@@ -686,7 +687,7 @@ func TestExtendShortGroupKeys(t *testing.T) {
 	admin.Set(ctx(t), sm.Limit(), "3", 0)
 	c = script.NewExtendCall(1, true, "60000", "0", "60000")
 	c.AddShort(sm.ExtendKeysShort(), "tok", "5")
-	v, err = c.Script().Run(ctx(t), admin, c.Command())
+	v, err = c.Script().Run(ctx(t), quorum.NewConn(admin), c.Command())
 	if a, _ := v.([]any); err != nil || len(a) != 1 || a[0] != int64(0) {
 		t.Errorf("a short group on a semaphore: %v, %v, want [0]", v, err)
 	}

@@ -5,8 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 	"github.com/dlock-dev/dlock/internal/serverinfo"
@@ -15,12 +14,10 @@ import (
 // runOn runs a script's command (args, from one of internal/script's
 // builders) with c; an error that shows a server older than
 // MinRedisVersion says so.
-func runOn(ctx context.Context, c script.Processor, s *script.Script, args []any) (any, error) {
+func runOn(ctx context.Context, c node.Conn, s *script.Script, args []any) (any, error) {
 	v, err := s.Run(ctx, c, args)
 	if err != nil && olderServer(err) {
-		if uc, ok := c.(redis.UniversalClient); ok {
-			err = versionError(ctx, uc, err)
-		}
+		err = versionError(ctx, c, err)
 	}
 	return v, noScripting(err)
 }
@@ -52,12 +49,12 @@ func olderServer(err error) bool {
 // versionError returns err, or, when the server of c is older than
 // MinRedisVersion (INFO server, bounded by ctx), an error that says so
 // (permanent: see ErrMisconfigured).
-func versionError(ctx context.Context, c redis.UniversalClient, err error) error {
-	info, ierr := c.Info(ctx, "server").Result()
+func versionError(ctx context.Context, c node.Conn, err error) error {
+	info, ierr := c.Do(ctx, "info", "server")
 	if ierr != nil {
 		return err
 	}
-	v := serverVersion(info)
+	v := serverVersion(node.String(info))
 	if v == "" || !versionBelow(v, MinRedisVersion) {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
@@ -122,7 +123,7 @@ func TestPlainLockScripts(t *testing.T) {
 		t.Errorf("unlock of a permit's token: %d, want 0", n)
 	}
 	c.Set(ctx, nm.Fence(), "x", 0)
-	if _, err := script.Lock.Run(ctx, c, script.LockCommand(nm.LockKeys(), "g", "30000", "60000")); err == nil {
+	if _, err := script.Lock.Run(ctx, quorum.NewConn(c), script.LockCommand(nm.LockKeys(), "g", "30000", "60000")); err == nil {
 		t.Error("a counter that is no integer: no error")
 	}
 }
@@ -130,7 +131,7 @@ func TestPlainLockScripts(t *testing.T) {
 // runScript runs the command args of s on c, failing the test on an error.
 func runScript(t *testing.T, c *redis.Client, s *script.Script, args []any) any {
 	t.Helper()
-	v, err := s.Run(context.Background(), c, args)
+	v, err := s.Run(context.Background(), quorum.NewConn(c), args)
 	if err != nil {
 		t.Fatal(err)
 	}

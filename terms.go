@@ -5,8 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -79,7 +78,7 @@ func (k *Lock) refreshTerms() {
 	args := script.KeepTermsCommand(k.names.ElectedKeys(), k.tokenArg, l.counterLife(ttl))
 	n := len(l.nodes)
 	quorum.Fanout(l.bg, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[any](func(ctx context.Context, _ int, c redis.UniversalClient) (any, error) {
+		quorum.RunFunc[any](func(ctx context.Context, _ int, c node.Conn) (any, error) {
 			return runOn(ctx, c, script.KeepTerms, args)
 		}),
 		func(rs []quorum.Result[any], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)

@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
 	"github.com/dlock-dev/dlock/internal/script"
 )
@@ -51,7 +50,7 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 	args := script.PreferCommand([]any{ks.names.Waiters()}, member)
 	n := len(l.nodes)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[string](func(ctx context.Context, _ int, c redis.UniversalClient) (string, error) {
+		quorum.RunFunc[string](func(ctx context.Context, _ int, c node.Conn) (string, error) {
 			v, err := runOn(ctx, c, script.Prefer, args)
 			if err != nil {
 				return "", err

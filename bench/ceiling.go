@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
@@ -61,6 +62,7 @@ func ceilingLibrary(scripts string, autopipeline bool) Library {
 				}
 				p.ap, p.cmd = ap, ap
 			}
+			p.conn = &processConn{p.cmd}
 			return p, nil
 		},
 	}
@@ -85,13 +87,37 @@ const (
 // internal/script's commands (dlock's).
 type scriptClient interface {
 	redis.Scripter
-	script.Processor
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// processConn sends dlock's script commands with a scriptClient, as the
+// library's go-redis node.Conn does (the ceiling sends only those: Do).
+type processConn struct{ c scriptClient }
+
+func (p *processConn) Do(ctx context.Context, args ...any) (any, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = p.c.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	return v, err
+}
+
+func (p *processConn) DoMulti(context.Context, ...[]any) []node.Result {
+	panic("the ceiling sends no pipeline")
+}
+
+func (p *processConn) DoWait(context.Context, []any, int, int64) (cmd, wait node.Result) {
+	panic("the ceiling sends no WAIT")
 }
 
 type scriptsProcess struct {
 	client *redis.Client
 	ap     *redis.AutoPipeliner
 	cmd    scriptClient // the client, or its AutoPipeliner
+	conn   node.Conn    // cmd's, for dlock's scripts
 	dlock  bool
 }
 
@@ -102,7 +128,7 @@ const scriptsToken = "ceiling-token"
 func (p *scriptsProcess) Lock(ctx context.Context, key string) (Held, error) {
 	if p.dlock {
 		nm := keys.Make("dlock:", key)
-		v, err := script.Lock.Run(ctx, p.cmd, script.LockCommand(nm.LockKeys(), scriptsToken, ceilingTTL, ceilingRetention))
+		v, err := script.Lock.Run(ctx, p.conn, script.LockCommand(nm.LockKeys(), scriptsToken, ceilingTTL, ceilingRetention))
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +157,7 @@ type scriptsHeld struct {
 // Unlock gives the key back with one script call.
 func (h scriptsHeld) Unlock(ctx context.Context) error {
 	if h.names != nil {
-		_, err := script.Unlock.Run(ctx, h.p.cmd, script.UnlockCommand(h.names.UnlockKeys(), scriptsToken))
+		_, err := script.Unlock.Run(ctx, h.p.conn, script.UnlockCommand(h.names.UnlockKeys(), scriptsToken))
 		return err
 	}
 	return setnxRelease.Run(ctx, h.p.cmd, []string{h.lock}, scriptsToken).Err()

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 // Decided is the stop rule of a round that needs need of n nodes to grant
@@ -138,6 +140,7 @@ type Node struct {
 	// on workers; nil for other clients.
 	inlineB, workerB *batcher
 	worker1          redis.UniversalClient // Client through workerB
+	conn, workerConn node.Conn             // Client's and workerClient's
 	boundedMu        sync.Mutex
 	boundedList      atomic.Pointer[[]boundedClient]
 
@@ -246,6 +249,7 @@ type boundedClient struct {
 	timeout time.Duration
 	base    redis.UniversalClient // the client or its copy
 	client  redis.UniversalClient // base through the batcher
+	conn    node.Conn             // client's
 }
 
 // maxBounded is how many timeouts a node keeps a bounded client for. A
@@ -255,12 +259,12 @@ const maxBounded = 8
 
 // bounded returns a client for an inline call with this timeout, or nil if
 // there is none (see Call).
-func (n *Node) bounded(timeout time.Duration) redis.UniversalClient {
+func (n *Node) bounded(timeout time.Duration) node.Conn {
 	if b := n.boundedFor(timeout); b != nil {
-		return b.client
+		return b.conn
 	}
 	if n.HonoursCtx && n.inlineB == nil {
-		return n.Client // a Cluster client: no batcher
+		return n.conn // a Cluster client: no batcher
 	}
 	return nil
 }
@@ -295,8 +299,8 @@ func (n *Node) boundedFor(timeout time.Duration) *boundedClient {
 	if !n.HonoursCtx {
 		base = n.withTimeout(timeout)
 	}
-	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base,
-		client: &batchedClient{UniversalClient: base, b: n.inlineB, timeout: timeout}})
+	client := &batchedClient{UniversalClient: base, b: n.inlineB, timeout: timeout}
+	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base, client: client, conn: &redisConn{client}})
 	n.boundedList.Store(&list)
 	return &list[len(list)-1]
 }
@@ -316,6 +320,10 @@ func (n *Node) workerClient() redis.UniversalClient {
 	}
 	return n.Client
 }
+
+// Conn is the node's client as a node.Conn, for a call of its own (without
+// the batchers and the bounds of Call).
+func (n *Node) Conn() node.Conn { return n.conn }
 
 // withTimeoutKeepsHooks reports whether a copy made with (*redis.Client).
 // WithTimeout runs the hooks added to the client before. Some go-redis
@@ -367,7 +375,7 @@ func (h probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // inline returns the client with which a call with this timeout on ctx runs
 // inline, or nil if it runs on a worker (see Call).
-func (n *Node) inline(ctx context.Context, timeout time.Duration) redis.UniversalClient {
+func (n *Node) inline(ctx context.Context, timeout time.Duration) node.Conn {
 	if timeout > MaxInline || timeout < n.tlsDial {
 		// Longer than MaxInline, or a TLS dial could outlast it (a
 		// handshake to a port that does not speak TLS, or to a frozen
@@ -387,10 +395,7 @@ func (n *Node) inline(ctx context.Context, timeout time.Duration) redis.Universa
 // IsReply reports whether err is an error reply of Redis. (A function of
 // its own, so that the target of errors.As is allocated only when it is
 // called.)
-func IsReply(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
+func IsReply(err error) bool { return node.IsReply(err) }
 
 // NewNode describes client, deriving its address and whether it applies
 // context deadlines from its options.
@@ -426,6 +431,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
 	}
+	n.conn, n.workerConn = &redisConn{client}, &redisConn{n.workerClient()}
 	return n
 }
 
@@ -464,25 +470,25 @@ const MaxInline = time.Second
 // call that got no answer may still run on the node at any time, and late is
 // never called for it; otherwise late, if not nil, gets fn's result once fn
 // returns after Call did. fn is given the client to use.
-func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context, c redis.UniversalClient) (T, error), late func(T, error)) (v T, err error, answered, inline bool) {
+func Call[T any](ctx context.Context, n *Node, timeout time.Duration, fn func(ctx context.Context, c node.Conn) (T, error), late func(T, error)) (v T, err error, answered, inline bool) {
 	var lateR Late[T]
 	if late != nil {
 		lateR = LateFunc[T](func(r Result[T]) { late(r.Val, r.Err) })
 	}
-	r, answered, inline := call(ctx, n, 0, timeout, RunFunc[T](func(ctx context.Context, _ int, c redis.UniversalClient) (T, error) { return fn(ctx, c) }), lateR)
+	r, answered, inline := call(ctx, n, 0, timeout, RunFunc[T](func(ctx context.Context, _ int, c node.Conn) (T, error) { return fn(ctx, c) }), lateR)
 	return r.Val, r.Err, answered, inline
 }
 
 // A Runner runs a round's command on node i with its client c.
 type Runner[T any] interface {
-	Run(ctx context.Context, i int, c redis.UniversalClient) (T, error)
+	Run(ctx context.Context, i int, c node.Conn) (T, error)
 }
 
 // RunFunc is a function as a Runner.
-type RunFunc[T any] func(ctx context.Context, i int, c redis.UniversalClient) (T, error)
+type RunFunc[T any] func(ctx context.Context, i int, c node.Conn) (T, error)
 
 // Run calls f.
-func (f RunFunc[T]) Run(ctx context.Context, i int, c redis.UniversalClient) (T, error) {
+func (f RunFunc[T]) Run(ctx context.Context, i int, c node.Conn) (T, error) {
 	return f(ctx, i, c)
 }
 
@@ -506,7 +512,7 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	ch := make(chan Result[T], 1)
 	n.run(func() {
-		v, err := fn.Run(ctx, i, n.workerClient())
+		v, err := fn.Run(ctx, i, n.workerConn)
 		n.failed(err)
 		ch <- Result[T]{Node: i, Val: v, Err: err}
 	})
@@ -592,7 +598,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspectBefore[i] = true
 		}
 		n.run(func() {
-			v, err := fn.Run(ctx, i, n.workerClient())
+			v, err := fn.Run(ctx, i, n.workerConn)
 			nodes[i].answered(err)
 			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}

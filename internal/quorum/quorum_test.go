@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,7 +45,7 @@ func TestFanoutDecidesEarly(t *testing.T) {
 	late := make(chan Result[int], 1)
 	start := time.Now()
 	rs, missing := Fanout(context.Background(), ns, time.Minute,
-		RunFunc[int](func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
+		RunFunc[int](func(ctx context.Context, i int, _ node.Conn) (int, error) {
 			if i == 2 {
 				<-release
 			}
@@ -70,7 +72,7 @@ func TestFanoutTimeoutMakesSuspect(t *testing.T) {
 	ns := nodes(t, 3)
 	block := make(chan struct{})
 	defer close(block)
-	fn := func(ctx context.Context, i int, _ redis.UniversalClient) (int, error) {
+	fn := func(ctx context.Context, i int, _ node.Conn) (int, error) {
 		if i == 0 {
 			return 0, nil // refuses
 		}
@@ -115,7 +117,7 @@ func TestCallBounded(t *testing.T) {
 	release := make(chan struct{})
 	late := make(chan int, 1)
 	_, err, answered, _ := Call(context.Background(), n, 20*time.Millisecond,
-		func(ctx context.Context, _ redis.UniversalClient) (int, error) { <-release; return 7, nil },
+		func(ctx context.Context, _ node.Conn) (int, error) { <-release; return 7, nil },
 		func(v int, err error) { late <- v })
 	if answered || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("answered %v, err %v", answered, err)

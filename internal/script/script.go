@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 var (
@@ -149,30 +149,12 @@ func (s *Script) Eval(args []any) []any {
 	return a
 }
 
-// Processor is what can send a command: a client or a pipeline.
-type Processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// Cmd returns the command args as a *redis.Cmd whose first key is the
-// script's first key, as go-redis' own EVALSHA does (a Cluster client
-// routes it by that key).
-func (s *Script) Cmd(ctx context.Context, args []any) *redis.Cmd {
-	c := redis.NewCmd(ctx, args...)
-	c.SetFirstKeyPos(3)
-	return c
-}
-
-// Run sends the command args (from one of the builders) to c, and sends
+// Run sends the command args (from one of the builders) with c, and sends
 // the script itself with EVAL when the server does not have it (NOSCRIPT).
-func (s *Script) Run(ctx context.Context, c Processor, args []any) (any, error) {
-	cmd := s.Cmd(ctx, args)
-	_ = c.Process(ctx, cmd)
-	v, err := cmd.Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = s.Cmd(ctx, s.Eval(args))
-		_ = c.Process(ctx, cmd)
-		v, err = cmd.Result()
+func (s *Script) Run(ctx context.Context, c node.Conn, args []any) (any, error) {
+	v, err := c.Do(ctx, args...)
+	if node.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = c.Do(ctx, s.Eval(args)...)
 	}
 	return v, err
 }
