@@ -207,7 +207,7 @@ func (l *Locker) listen() {
 	for i := range subs {
 		channel := l.askedChannel()
 		subs[i] = inbox.New(inbox.Config{
-			Client:    l.nodes[i].Client,
+			PubSub:    l.nodes[i].NewPubSub,
 			Channel:   channel,
 			Done:      l.done,
 			Permanent: permanent,

@@ -173,7 +173,7 @@ func (l *Locker) newSubscriber(i int) *inbox.Subscriber {
 // shares: its messages go to the waiters, and its confirmations wake them.
 func (l *Locker) subscriberConfig(i int, channel string) inbox.Config {
 	return inbox.Config{
-		Client:    l.nodes[i].Client,
+		PubSub:    l.nodes[i].NewPubSub,
 		Channel:   channel,
 		Done:      l.done,
 		Permanent: permanent,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/bridge"
 	"github.com/dlock-dev/dlock/internal/cleanup"
 	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/dlock-dev/dlock/internal/keys"
@@ -130,7 +131,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) {
 		panic("dlock: New called with a nil client")
 	}
-	return newLocker([]redis.UniversalClient{client}, opts)
+	l := newLocker(goRedisNodes([]redis.UniversalClient{client}), opts)
+	l.cfg.refuseRing([]redis.UniversalClient{client})
+	return l
 }
 
 // NewRedlock returns a Locker over N independent Redis masters (the Redlock
@@ -163,11 +166,44 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if err := sameAddress(clients); err != nil {
 		return nil, err
 	}
-	l := newLocker(clients, opts)
+	l := newLocker(goRedisNodes(clients), opts)
+	l.cfg.refuseRing(clients)
 	if l.cfg.err != nil {
 		return nil, l.cfg.err
 	}
 	return l, nil
+}
+
+// nodeMaker makes node i of a Locker.
+type nodeMaker func(i int) *quorum.Node
+
+// goRedisNodes makes the nodes of go-redis clients.
+func goRedisNodes(clients []redis.UniversalClient) []nodeMaker {
+	makers := make([]nodeMaker, len(clients))
+	for i, c := range clients {
+		makers[i] = func(i int) *quorum.Node { return quorum.NewNode(c, "#"+strconv.Itoa(i)) }
+	}
+	return makers
+}
+
+// newFamilyLocker is New (one client) and NewRedlock (several) for the
+// nodes of another client family than go-redis (see internal/bridge): it
+// returns an error wrapping ErrInvalid for no client or a nil one (and no
+// Locker), or for an invalid Option, with the Locker, whose every call
+// returns that error (as New's).
+func newFamilyLocker(clients []node.Client, opts []Option) (*Locker, error) {
+	if len(clients) == 0 {
+		return nil, invalid("at least one client is needed")
+	}
+	makers := make([]nodeMaker, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, invalid("client %d of %d is nil", i, len(clients))
+		}
+		makers[i] = func(i int) *quorum.Node { return quorum.NewNodeOf(c, "#"+strconv.Itoa(i)) }
+	}
+	l := newLocker(makers, opts)
+	return l, l.cfg.err
 }
 
 // isNil reports whether c is nil, also a nil pointer of a client type.
@@ -179,16 +215,15 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
+func newLocker(nodes []nodeMaker, opts []Option) *Locker {
 	cfg := lockerConfig{prefix: DefaultPrefix, fenceRetention: DefaultFenceRetention}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	cfg.refuseRing(clients)
 	l := &Locker{
-		quorum: quorum.For(len(clients), 1),
+		quorum: quorum.For(len(nodes), 1),
 		cfg:    cfg,
 		keys:   make(map[waitSlot]*keyState),
 		locks:  make(map[*Lock]struct{}),
@@ -197,7 +232,7 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 	l.id = newToken()
 	l.inboxes = l.inboxPrefix()
 	l.inbox = l.inboxes + l.id
-	if len(clients) == 1 {
+	if len(nodes) == 1 {
 		l.reserve = reserveFor
 	}
 	l.reserveArg = strconv.FormatInt(l.reserve.Milliseconds(), 10)
@@ -214,18 +249,18 @@ func newLocker(clients []redis.UniversalClient, opts []Option) *Locker {
 			l.logsNodes = true
 		}
 	}
-	for i, c := range clients {
-		node := quorum.NewNode(c, "#"+strconv.Itoa(i))
+	for i, mk := range nodes {
+		n := mk(i)
 		if h := l.hook; h != nil {
-			node.OnSuspect = func(suspect bool) {
+			n.OnSuspect = func(suspect bool) {
 				kind := EventNodeBack
 				if suspect {
 					kind = EventNodeSuspect
 				}
-				h.Event(context.Background(), Event{Kind: kind, Node: node.Addr})
+				h.Event(context.Background(), Event{Kind: kind, Node: n.Addr})
 			}
 		}
-		l.nodes = append(l.nodes, node)
+		l.nodes = append(l.nodes, n)
 		l.subs = append(l.subs, l.newInbox(i))
 		l.cleaners = append(l.cleaners, l.newCleaner(i))
 	}
@@ -490,3 +525,5 @@ var buryForArg = strconv.FormatInt(buryFor.Milliseconds(), 10)
 
 // waiterLeaseArg is waiterLease in milliseconds, as the scripts take it.
 var waiterLeaseArg = strconv.FormatInt(waiterLease.Milliseconds(), 10)
+
+func init() { bridge.NewLocker = newFamilyLocker }

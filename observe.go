@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/inbox"
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 // Observe watches the election named key. It sends the current leader at
@@ -54,7 +54,7 @@ func (l *Locker) Observe(ctx context.Context, key string) <-chan Leader {
 		// No connection yet: the subscription is made by its receiving
 		// goroutine (see receive), so that a frozen node does not hold up
 		// Observe.
-		o.subs = append(o.subs, n.Client.Subscribe(context.Background()))
+		o.subs = append(o.subs, n.NewPubSub())
 	}
 	go o.run(ctx, ch)
 	return out
@@ -65,7 +65,7 @@ type observer struct {
 	l      *Locker
 	key    string
 	out    chan Leader
-	subs   []*redis.PubSub
+	subs   []node.PubSub
 	events chan string   // announcements from every node
 	stop   chan struct{} // closed when the observer ends
 	// refusals counts the nodes that refused the subscription (see

@@ -283,8 +283,8 @@ func (l *Locker) renewDue(due []dueLock) {
 // batchSlot is the slot by which the locks of one extend.lua call are
 // grouped: 0 for every lock when each node is one server (a plain client,
 // Sentinel's included), the key's hash slot when a node is a Cluster. It
-// reports false for another client (a Ring, a wrapper), which may send the
-// locks' keys to several servers: the lock is renewed alone.
+// reports false for another go-redis client (a Ring, a wrapper), which may
+// send the locks' keys to several servers: the lock is renewed alone.
 func (l *Locker) batchSlot(k *Lock) (int, bool) {
 	slot := 0
 	for _, n := range l.nodes {
@@ -292,6 +292,10 @@ func (l *Locker) batchSlot(k *Lock) (int, bool) {
 		case *redis.Client:
 		case *redis.ClusterClient:
 			slot = keys.Slot(k.names.Lock())
+		case nil: // another family's client (node.Client): one server, or a Cluster
+			if n.Cluster {
+				slot = keys.Slot(k.names.Lock())
+			}
 		default:
 			return 0, false
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/node"
@@ -31,7 +33,63 @@ func CeilingLibraries() []Library {
 	return []Library{
 		ceilingLibrary("dlock-scripts", false), ceilingLibrary("dlock-scripts", true),
 		ceilingLibrary("setnx-scripts", false), ceilingLibrary("setnx-scripts", true),
+		rueidisCeilingLibrary(),
 	}
+}
+
+// rueidisCeilingLibrary is dlock's lock.lua and unlock.lua sent by a
+// rueidis client (its auto-pipelining: concurrent Do calls share a write),
+// through a node.Conn on rueidis that sends only Do: the prototype of
+// issue 35's client family, to tell what dlock on rueidis could reach.
+func rueidisCeilingLibrary() Library {
+	return Library{
+		Name:    "dlock-scripts-rueidis",
+		Ceiling: true,
+		Note:    "not a library: dlock's lock.lua and unlock.lua alone, as dlock sends them, through a default rueidis client (auto-pipelining)",
+		New: func(addrs []string, sent *Counter) (Process, error) {
+			if len(addrs) != 1 {
+				return nil, errors.New("dlock-scripts-rueidis: one Redis only")
+			}
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+			if err != nil {
+				return nil, err
+			}
+			return &scriptsProcess{dlock: true, conn: &rueidisConn{countingRueidis{Client: c, sent: sent}}, close: c.Close}, nil
+		},
+	}
+}
+
+// rueidisConn is node.Conn's Do on rueidis, for the ceiling: a script's
+// keys are given to the builder, so that a Cluster client would route it.
+type rueidisConn struct{ c rueidis.Client }
+
+func (r *rueidisConn) Do(ctx context.Context, args ...any) (any, error) {
+	s := make([]string, len(args))
+	for i, a := range args {
+		s[i] = fmt.Sprint(a)
+	}
+	var cmd rueidis.Completed
+	if n, err := strconv.Atoi(s[2]); err == nil && (s[0] == "evalsha" || s[0] == "eval") {
+		cmd = r.c.B().Arbitrary(s[:3]...).Keys(s[3 : 3+n]...).Args(s[3+n:]...).Build()
+	} else {
+		cmd = r.c.B().Arbitrary(s...).Build()
+	}
+	v, err := r.c.Do(ctx, cmd).ToAny()
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		return nil, &node.ReplyError{Msg: re.Error()}
+	}
+	return v, err
+}
+
+func (r *rueidisConn) DoMulti(context.Context, ...[]any) []node.Result {
+	panic("the ceiling sends no pipeline")
+}
+
+func (r *rueidisConn) DoWait(context.Context, []any, int, int64) (cmd, wait node.Result) {
+	panic("the ceiling sends no WAIT")
 }
 
 func ceilingLibrary(scripts string, autopipeline bool) Library {
@@ -119,6 +177,7 @@ type scriptsProcess struct {
 	cmd    scriptClient // the client, or its AutoPipeliner
 	conn   node.Conn    // cmd's, for dlock's scripts
 	dlock  bool
+	close  func() // for a client that is not go-redis'
 }
 
 const scriptsToken = "ceiling-token"
@@ -164,6 +223,10 @@ func (h scriptsHeld) Unlock(ctx context.Context) error {
 }
 
 func (p *scriptsProcess) Close() error {
+	if p.close != nil {
+		p.close()
+		return nil
+	}
 	if p.ap != nil {
 		_ = p.ap.Close()
 	}

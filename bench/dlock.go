@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/extra/dlockrueidis"
 )
 
 // DlockLibrary is dlock with its defaults: New on one address, NewRedlock on
@@ -43,6 +45,45 @@ func DlockLibrary(ctxTimeout bool) Library {
 	}
 }
 
+// DlockRueidisLibrary is dlock with its defaults on rueidis clients
+// (extra/dlockrueidis, default rueidis options: auto-pipelining), side by
+// side with rueidislock (issue 35).
+func DlockRueidisLibrary() Library {
+	return Library{
+		Name:  "dlock-rueidis",
+		Dlock: true,
+		Note:  "defaults (TTL 30s, auto-renew) on default rueidis clients (extra/dlockrueidis); Acquire waits for the release notification",
+		New: func(addrs []string, sent *Counter) (Process, error) {
+			var cs []rueidis.Client
+			closeAll := func() {
+				for _, c := range cs {
+					c.Close()
+				}
+			}
+			for _, a := range addrs {
+				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}})
+				if err != nil {
+					closeAll()
+					return nil, err
+				}
+				cs = append(cs, countingRueidis{Client: c, sent: sent})
+			}
+			p := &dlockProcess{close: closeAll}
+			if len(cs) == 1 {
+				p.locker = dlockrueidis.New(cs[0])
+				return p, nil
+			}
+			l, err := dlockrueidis.NewRedlock(cs)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			p.locker = l
+			return p, nil
+		},
+	}
+}
+
 // DlockSemaphoreLibrary is dlock-ctx with WithLimit(limit): a semaphore,
 // which none of the peers offers.
 func DlockSemaphoreLibrary(limit int) Library {
@@ -65,6 +106,7 @@ func DlockSemaphoreLibrary(limit int) Library {
 
 type dlockProcess struct {
 	clients []redis.UniversalClient
+	close   func() // another family's clients
 	locker  *dlock.Locker
 	opts    []dlock.LockOption
 }
@@ -88,6 +130,9 @@ func (p *dlockProcess) Close() error {
 }
 
 func (p *dlockProcess) closeClients() {
+	if p.close != nil {
+		p.close()
+	}
 	for _, c := range p.clients {
 		_ = c.Close()
 	}

@@ -4,7 +4,7 @@ go 1.26.8
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlock-dev/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
@@ -18,6 +18,7 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dlock-dev/dlock/extra/dlockrueidis v0.0.0-00010101000000-000000000000
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
@@ -27,3 +28,5 @@ require (
 )
 
 replace github.com/dlock-dev/dlock => ../
+
+replace github.com/dlock-dev/dlock/extra/dlockrueidis => ../extra/dlockrueidis

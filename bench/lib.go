@@ -76,9 +76,9 @@ func newGoRedisClient(o *redis.Options, sent *Counter) *redis.Client {
 // configurations first.
 func Libraries() []Library {
 	return []Library{
-		DlockLibrary(false), DlockLibrary(true),
+		DlockLibrary(false), DlockLibrary(true), DlockRueidisLibrary(),
 		RedsyncLibrary(false), RedsyncLibrary(true),
 		RedislockLibrary(false), RedislockLibrary(true),
-		RueidislockLibrary(),
+		RueidislockLibrary(), RueidislockOneKeyLibrary(),
 	}
 }

@@ -12,16 +12,30 @@ import (
 // shows: NewLocker, WithContext (waits, woken by client-side-caching
 // invalidations), and the returned cancel function to release. It is not
 // built on go-redis. Its defaults use KeyMajority 2: three keys per lock.
-func RueidislockLibrary() Library {
+func RueidislockLibrary() Library { return rueidislockLibrary(false) }
+
+// RueidislockOneKeyLibrary is rueidislock in its README's configuration
+// for one Redis instance: KeyMajority 1 (one key per lock) and
+// NoLoopTracking (issue 35's target row for dlock on rueidis).
+func RueidislockOneKeyLibrary() Library { return rueidislockLibrary(true) }
+
+func rueidislockLibrary(oneKey bool) Library {
+	name, note := "rueidislock", "defaults (KeyMajority 2: 3 keys per lock, validity 5s); WithContext waits for invalidations"
+	var majority int32
+	if oneKey {
+		name, note, majority = "rueidislock-1key", "its README's one-instance configuration (KeyMajority 1, NoLoopTracking); WithContext waits for invalidations", 1
+	}
 	return Library{
-		Name: "rueidislock",
-		Note: "defaults (KeyMajority 2: 3 keys per lock, validity 5s); WithContext waits for invalidations",
+		Name: name,
+		Note: note,
 		New: func(addrs []string, sent *Counter) (Process, error) {
 			if len(addrs) != 1 {
-				return nil, errors.New("rueidislock: one Redis only")
+				return nil, errors.New(name + ": one Redis only")
 			}
 			l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-				ClientOption: rueidis.ClientOption{InitAddress: addrs},
+				KeyMajority:    majority,
+				NoLoopTracking: oneKey,
+				ClientOption:   rueidis.ClientOption{InitAddress: addrs},
 				ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
 					c, err := rueidis.NewClient(o)
 					if err != nil {

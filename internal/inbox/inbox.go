@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 // SubscribeTimeout bounds a SUBSCRIBE's write.
@@ -37,12 +37,12 @@ type Listener interface {
 // (50ms more per failure, at most 1s) while go-redis reconnects and
 // subscribes again; after a refusal (an error that permanent tells) it
 // subscribes again every refusedRetry.
-func Receive(ps *redis.PubSub, channel string, stop <-chan struct{}, h Listener, permanent func(error) bool) {
+func Receive(ps node.PubSub, channel string, stop <-chan struct{}, h Listener, permanent func(error) bool) {
 	failures := 0
 	for {
 		msg, err := ps.Receive(context.Background())
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) || isDone(stop) {
+			if errors.Is(err, node.ErrClosed) || isDone(stop) {
 				return
 			}
 			if permanent(err) {
@@ -62,13 +62,11 @@ func Receive(ps *redis.PubSub, channel string, stop <-chan struct{}, h Listener,
 			continue
 		}
 		failures = 0
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				h.Confirmed()
-			}
-		case *redis.Message:
-			h.Message(m.Payload)
+		switch msg.Kind {
+		case "subscribe":
+			h.Confirmed()
+		case "message":
+			h.Message(msg.Payload)
 		}
 	}
 }
@@ -96,7 +94,8 @@ func isDone(stop <-chan struct{}) bool {
 
 // Config is what a Subscriber needs of its Locker.
 type Config struct {
-	Client  redis.UniversalClient
+	// PubSub returns a new pub/sub connection to the node.
+	PubSub  func() node.PubSub
 	Channel string          // the Locker's inbox channel
 	Done    <-chan struct{} // closed when the Locker's Close begins
 	// Permanent tells the errors that waiting cannot fix.
@@ -123,7 +122,7 @@ type Subscriber struct {
 	cfg Config
 
 	mu      sync.Mutex
-	ps      *redis.PubSub
+	ps      node.PubSub
 	ready   chan struct{} // closed on the first confirmation, or a refusal
 	woken   bool          // ready is closed
 	isReady bool          // confirmed: an attempt may register as a waiter
@@ -152,7 +151,7 @@ func (s *Subscriber) Start(slot int) <-chan struct{} {
 		return nil
 	}
 	s.ready = make(chan struct{})
-	s.ps = s.cfg.Client.Subscribe(context.Background())
+	s.ps = s.cfg.PubSub()
 	s.wg.Add(1)
 	go s.loop(s.ps)
 	return s.ready
@@ -181,7 +180,7 @@ func (s *Subscriber) Refusal(slot int) error {
 	return s.refusal
 }
 
-func (s *Subscriber) loop(ps *redis.PubSub) {
+func (s *Subscriber) loop(ps node.PubSub) {
 	defer s.wg.Done()
 	// go-redis records the channel even if this write fails, and subscribes
 	// again whenever Receive reconnects. Its connection handshake with a

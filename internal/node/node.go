@@ -21,7 +21,7 @@ import (
 //
 // A reply is nil (a nil reply: a missing key, Lua's false), an int64, a
 // string (bulk and status replies), a float64 or bool (RESP3), a []any or
-// a map[any]any (RESP3), of such values. An error reply of Redis is an
+// a map[any]any or map[string]any (RESP3), of such values. An error reply of Redis is an
 // error for which IsReply holds; a client that was closed answers an error
 // wrapping ErrClosed; any other error is the transport's (the command may
 // or may not have run).
@@ -135,6 +135,12 @@ func StringMap(v any) map[string]string {
 			m[String(f)] = String(v)
 		}
 		return m
+	case map[string]any:
+		m := make(map[string]string, len(x))
+		for f, v := range x {
+			m[f] = String(v)
+		}
+		return m
 	}
 	return map[string]string{}
 }
@@ -181,4 +187,52 @@ func float(v any) (float64, bool) {
 		return f, err == nil
 	}
 	return 0, false
+}
+
+// PubSub is one pub/sub connection to a node. It subscribes again by
+// itself after a reconnection, and Receive then gives the node's new
+// confirmation (messages published meanwhile were missed).
+type PubSub interface {
+	// Subscribe subscribes to channel (SUBSCRIBE). The subscription is
+	// recorded even if the write fails: the next reconnection makes it.
+	Subscribe(ctx context.Context, channel string) error
+	// Receive waits for the next event: a message, a confirmation, or an
+	// error (a broken connection, which the PubSub mends by itself; a
+	// refusal, an error reply; an error wrapping ErrClosed once closed).
+	Receive(ctx context.Context) (Event, error)
+	// Close ends the connection; a Receive under way returns.
+	Close() error
+}
+
+// Event is what a PubSub received.
+type Event struct {
+	// Kind is "message" for a message, "subscribe" for a confirmation of
+	// SUBSCRIBE; other kinds (an unsubscription, a PONG) are to be ignored.
+	Kind    string
+	Payload string // a message's
+}
+
+// Client is one node's client as a client family other than go-redis
+// gives it to dlock (see internal/bridge): its commands, its pub/sub, and
+// what dlock must know of it. Its calls honour ctx's deadline and
+// cancellation (dlock runs them on the caller's goroutine).
+type Client interface {
+	Conn() Conn
+	NewPubSub() PubSub
+	Describe() Description
+}
+
+// Description is what dlock must know of a node's client.
+type Description struct {
+	// Addr names the node in errors and events.
+	Addr string
+	// Cluster is true for a Cluster client: it routes each command by its
+	// first key, and a pub/sub subscription may sit on another node than
+	// the keys it is about.
+	Cluster bool
+	// TLS is true for a client that dials with TLS.
+	TLS bool
+	// NoRetries is true when the client never sends a command twice, so
+	// that a command whose connection could not be made never ran.
+	NoRetries bool
 }

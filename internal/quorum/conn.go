@@ -101,3 +101,35 @@ func (r *redisConn) DoWait(ctx context.Context, args []any, replicas int, timeou
 // NewConn is c as a node.Conn, without the batchers and bounds of a Node's
 // calls (tests, tools).
 func NewConn(c redis.UniversalClient) node.Conn { return &redisConn{c} }
+
+// redisPubSub is node.PubSub on go-redis' PubSub.
+type redisPubSub struct{ ps *redis.PubSub }
+
+// NewPubSub returns a pub/sub connection to the node, not subscribed to
+// anything yet (go-redis connects at the first Subscribe).
+func (n *Node) NewPubSub() node.PubSub {
+	if n.family != nil {
+		return n.family.NewPubSub()
+	}
+	return &redisPubSub{n.Client.Subscribe(context.Background())}
+}
+
+func (p *redisPubSub) Subscribe(ctx context.Context, channel string) error {
+	return closedErr(p.ps.Subscribe(ctx, channel))
+}
+
+func (p *redisPubSub) Receive(ctx context.Context) (node.Event, error) {
+	msg, err := p.ps.Receive(ctx)
+	if err != nil {
+		return node.Event{}, closedErr(err)
+	}
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		return node.Event{Kind: m.Kind}, nil
+	case *redis.Message:
+		return node.Event{Kind: "message", Payload: m.Payload}, nil
+	}
+	return node.Event{Kind: "other"}, nil
+}
+
+func (p *redisPubSub) Close() error { return closedErr(p.ps.Close()) }

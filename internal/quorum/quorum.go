@@ -88,8 +88,11 @@ func For(n, limit int) int {
 
 // Node is one independent Redis deployment (standalone, Sentinel or Cluster).
 type Node struct {
-	// Set by NewNode and never changed.
+	// Set by NewNode (or NewNodeOf) and never changed.
+	//
+	// Client is the go-redis client, nil for another family's (family).
 	Client redis.UniversalClient
+	family node.Client
 	// Addr names the node in errors.
 	Addr string
 	// HonoursCtx is true when the client applies ctx deadlines to reads, so
@@ -432,6 +435,21 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 		n.Addr = fallbackAddr
 	}
 	n.conn, n.workerConn = &redisConn{client}, &redisConn{n.workerClient()}
+	return n
+}
+
+// NewNodeOf describes the client of another family than go-redis (see
+// node.Client): its calls run inline up to MaxInline, without batchers
+// (the client pipelines concurrent commands itself, if it does).
+func NewNodeOf(client node.Client, fallbackAddr string) *Node {
+	d := client.Describe()
+	n := &Node{Addr: d.Addr, HonoursCtx: true, NoRetries: d.NoRetries, Cluster: d.Cluster, TLS: d.TLS,
+		family: client, jobs: make(chan func()), stop: make(chan struct{})}
+	if n.Addr == "" {
+		n.Addr = fallbackAddr
+	}
+	n.conn = client.Conn()
+	n.workerConn = n.conn
 	return n
 }
 

@@ -1,0 +1,18 @@
+package dlock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/contract"
+)
+
+// TestContract runs the contract suite that every client family runs
+// (internal/contract; extra/dlockrueidis and extra/dlockvalkey run it on
+// theirs) on go-redis clients, on each topology.
+func TestContract(t *testing.T) {
+	var ts []contract.Topology
+	for _, topo := range topologies {
+		ts = append(ts, contract.Topology{Name: topo.name, Start: topo.start})
+	}
+	contract.Run(t, ts)
+}

@@ -1,0 +1,115 @@
+package dlockrueidis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/extra/dlockrueidis"
+	"github.com/dlock-dev/dlock/internal/contract"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		// A rueidis Cluster client closes the connections that a refresh
+		// of its slots replaced 5s later, on a goroutine that outlives
+		// the client's Close.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func client(t *testing.T, o rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// topologies start their servers and return a maker of Lockers on them
+// through rueidis clients (each closed when the test ends).
+var topologies = []contract.Topology{
+	{Name: "single", Start: func(t *testing.T) func() *dlock.Locker {
+		s := dlocktest.Start(t)
+		return func() *dlock.Locker {
+			l := dlockrueidis.New(client(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}}))
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}},
+	{Name: "sentinel", Start: func(t *testing.T) func() *dlock.Locker {
+		master := dlocktest.Start(t)
+		sentinel := dlocktest.StartSentinel(t, "mymaster", master)
+		return func() *dlock.Locker {
+			l := dlockrueidis.New(client(t, rueidis.ClientOption{InitAddress: []string{sentinel.Addr()},
+				Sentinel: rueidis.SentinelOption{MasterSet: "mymaster"}}))
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}},
+	{Name: "redlock3", Start: func(t *testing.T) func() *dlock.Locker {
+		servers := dlocktest.StartN(t, 3)
+		return func() *dlock.Locker {
+			var cs []rueidis.Client
+			for _, s := range servers {
+				cs = append(cs, client(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}}))
+			}
+			l, err := dlockrueidis.NewRedlock(cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}},
+	{Name: "cluster3", Start: func(t *testing.T) func() *dlock.Locker {
+		cl := dlocktest.StartCluster(t, 3)
+		return func() *dlock.Locker {
+			l := dlockrueidis.New(client(t, rueidis.ClientOption{InitAddress: cl.Addrs()}))
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}},
+}
+
+// TestContract runs dlock's contract suite (internal/contract, which the
+// core runs on go-redis) through rueidis clients, on each topology.
+func TestContract(t *testing.T) { contract.Run(t, topologies) }
+
+// TestNewRedlockRefuses: no client, a nil client, the same client twice.
+func TestNewRedlockRefuses(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := client(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	if _, err := dlockrueidis.NewRedlock(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("no client: %v", err)
+	}
+	if _, err := dlockrueidis.NewRedlock([]rueidis.Client{c, nil}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("a nil client: %v", err)
+	}
+	if _, err := dlockrueidis.NewRedlock([]rueidis.Client{c, c}); !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Errorf("the same client twice: %v", err)
+	}
+	if _, err := dlockrueidis.NewRedlock([]rueidis.Client{c}, dlock.WithNodeTimeout(-1)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("an invalid Option: %v", err)
+	}
+	// New, as dlock.New: a Locker whose every call returns the error.
+	l := dlockrueidis.New(c, dlock.WithNodeTimeout(-1))
+	defer l.Close()
+	if _, err := l.TryAcquire(context.Background(), "k"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("New with an invalid Option, then TryAcquire: %v", err)
+	}
+}

@@ -1,0 +1,110 @@
+package dlockrueidis
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/node"
+)
+
+// receive returns the next event of p that is a message or a confirmation,
+// and the errors before it.
+func receive(t *testing.T, p *pubSub) (node.Event, []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for {
+		e, err := p.Receive(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("nothing received (errors %v)", errs)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if e.Kind == "message" || e.Kind == "subscribe" {
+			return e, errs
+		}
+	}
+}
+
+// TestPubSubReconnects: a subscription is confirmed, receives messages,
+// and after its server restarts, reports the broken connection, is made
+// again by itself (a new confirmation) and receives again; a refusal is
+// an error reply that Receive gives; Close ends Receive with ErrClosed.
+func TestPubSubReconnects(t *testing.T) {
+	s := dlocktest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := newPubSub(c)
+	defer p.Close()
+	ctx := context.Background()
+	_ = p.Subscribe(ctx, "inbox")
+	if e, _ := receive(t, p); e.Kind != "subscribe" {
+		t.Fatalf("first event %+v, want the confirmation", e)
+	}
+	publish := func() {
+		t.Helper()
+		if err := c.Do(ctx, c.B().Publish().Channel("inbox").Message("hello").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish()
+	if e, _ := receive(t, p); e.Kind != "message" || e.Payload != "hello" {
+		t.Fatalf("got %+v, want the message", e)
+	}
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e, errs := receive(t, p)
+	if e.Kind != "subscribe" || len(errs) == 0 {
+		t.Fatalf("after a restart: %+v after errors %v, want the broken connection then a new confirmation", e, errs)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for publishCount := int64(0); publishCount == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no subscriber after the restart")
+		}
+		publishCount, _ = c.Do(ctx, c.B().Publish().Channel("inbox").Message("again").Build()).AsInt64()
+	}
+	if e, _ := receive(t, p); e.Kind != "message" || e.Payload != "again" {
+		t.Fatalf("after a restart, got %+v", e)
+	}
+
+	if err := c.Do(ctx, c.B().AclSetuser().Username("narrow").Rule("on", ">pw", "~*", "&allowed", "+@all").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, Username: "narrow", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	np := newPubSub(nc)
+	defer np.Close()
+	if err := np.Subscribe(ctx, "inbox"); !node.IsReply(err) {
+		t.Fatalf("a refused SUBSCRIBE: %v, want an error reply", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := np.Receive(rctx); !node.IsReply(err) {
+		t.Fatalf("Receive after a refusal: %v, want the error reply", err)
+	}
+
+	p.Close()
+	if _, err := p.Receive(ctx); !errors.Is(err, node.ErrClosed) {
+		t.Fatalf("Receive after Close: %v", err)
+	}
+}
