@@ -195,3 +195,30 @@ func TestCeiling(t *testing.T) {
 		}
 	}
 }
+
+// TestFamilyTargets: dlock on another client family than go-redis is
+// scored against rueidislock in its one-instance configuration (issue 35),
+// not against the go-redis peers.
+func TestFamilyTargets(t *testing.T) {
+	libs := []Library{DlockLibrary(false), DlockRueidisLibrary(), RedislockLibrary(false), RueidislockOneKeyLibrary()}
+	row := func(ops ...float64) []UncontendedResult {
+		var out []UncontendedResult
+		for i, l := range libs {
+			out = append(out, UncontendedResult{Lib: l.Name, OpsPerSec: ops[i]})
+		}
+		return out
+	}
+	r := &Report{Reps: 1, Libraries: libs,
+		Uncontended1:  [][]UncontendedResult{row(100, 120, 100, 100)},
+		Uncontended64: [][]UncontendedResult{row(100, 90, 100, 100)}}
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		if tg.Lib == "dlock-rueidis" {
+			got[tg.Name] = tg
+		}
+	}
+	one, many := got["Uncontended, 1 goroutine: ops/s ≥ 1.0× rueidislock-1key"], got["Uncontended, 64 goroutines: ops/s ≥ 1.0× rueidislock-1key"]
+	if len(got) != 2 || !one.Met || many.Met {
+		t.Errorf("dlock-rueidis's targets: %+v", got)
+	}
+}

@@ -227,8 +227,72 @@ func (r *Report) Targets() []Target {
 	return ts
 }
 
+// violations counts d's mutual-exclusion violations in the contended runs.
+func (r *Report) violations(d string) int64 {
+	var viol int64
+	for _, c := range r.Contended {
+		for _, rep := range c.Runs {
+			for _, x := range rep {
+				if x.Lib == d {
+					viol += x.Violations
+				}
+			}
+		}
+	}
+	return viol
+}
+
+// familyTargets are issue 35's targets for d, dlock on another client
+// family than go-redis (rueidis): uncontended, at least rueidislock in its
+// README's one-instance configuration; contended, go-redis' fairness and
+// round trips; no violation.
+func (r *Report) familyTargets(d string) []Target {
+	var ts []Target
+	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
+	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
+	const peer = "rueidislock-1key"
+	for _, u := range []struct {
+		what string
+		runs [][]UncontendedResult
+	}{{"1 goroutine", r.Uncontended1}, {"64 goroutines", r.Uncontended64}} {
+		if theirs := pick(u.runs, uname, peer, ops); len(theirs) > 0 {
+			rs := ratios(pick(u.runs, uname, d, ops), theirs)
+			add("Uncontended, "+u.what+": ops/s ≥ 1.0× "+peer,
+				fmt.Sprintf("%.2f× %s (per repetition: %s)", median(rs), peer, fmtRatios(rs)), median(rs) >= 1)
+		}
+	}
+	for _, c := range r.Contended {
+		if c.Workers == 32 && c.Hold == 200*time.Microsecond {
+			f := pick(c.Runs, cname, d, func(x ContendedResult) float64 { return x.Fairness() })
+			add("Contended W=32, 200µs: own fairness min/max ≥ 0.9",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(f), fmtRatios(f)), median(f) >= 0.9)
+			rt := pick(c.Runs, cname, d, func(x ContendedResult) float64 { return x.RoundTrips })
+			add("Contended W=32, 200µs: round trips per acquisition ≤ 3",
+				fmt.Sprintf("%.2f (per repetition: %s)", median(rt), fmtRatios(rt)), median(rt) <= 3)
+		}
+	}
+	if len(r.Contended) > 0 {
+		viol := r.violations(d)
+		add("Contended: mutual-exclusion violations = 0 (all runs)", fmt.Sprint(viol), viol == 0)
+	}
+	return ts
+}
+
+// onGoRedis reports whether the library named name is built on go-redis.
+func (r *Report) onGoRedis(name string) bool {
+	for _, l := range r.Libraries {
+		if l.Name == name {
+			return l.GoRedis
+		}
+	}
+	return false
+}
+
 // targets evaluates the targets for the dlock configuration d.
 func (r *Report) targets(d string) []Target {
+	if !r.onGoRedis(d) {
+		return r.familyTargets(d)
+	}
 	var ts []Target
 	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
 	goRedis := func(l Library) bool { return l.GoRedis }
@@ -306,17 +370,8 @@ func (r *Report) targets(d string) []Target {
 			}
 		}
 	}
-	var viol int64
-	for _, c := range r.Contended {
-		for _, rep := range c.Runs {
-			for _, x := range rep {
-				if x.Lib == d {
-					viol += x.Violations
-				}
-			}
-		}
-	}
 	if len(r.Contended) > 0 {
+		viol := r.violations(d)
 		add("Contended: mutual-exclusion violations = 0 (all runs)", fmt.Sprint(viol), viol == 0)
 	}
 	if len(r.Semaphore) > 0 && d == "dlock-ctx" {
