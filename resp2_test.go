@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -70,5 +71,20 @@ func TestStatusResp2(t *testing.T) {
 		if p.Metadata != "p0" && p.Metadata != "p1" || p.TTL <= 0 || p.Fence == 0 {
 			t.Errorf("a permit on RESP2: %+v", p)
 		}
+	}
+}
+
+// TestClosedClientError: a go-redis client closed under its Locker gives
+// an error that still matches redis.ErrClosed (as it did before commands
+// went through node.Conn), besides ErrUnavailable.
+func TestClosedClientError(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	l := dlock.New(c)
+	defer l.Close()
+	c.Close()
+	_, err := l.TryAcquire(ctx(t), "k")
+	if !errors.Is(err, redis.ErrClosed) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire with a closed client: %v, want redis.ErrClosed and ErrUnavailable", err)
 	}
 }

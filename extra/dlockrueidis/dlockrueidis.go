@@ -36,8 +36,18 @@ import (
 	"github.com/dlock-dev/dlock/internal/node"
 )
 
-// newLocker is dlock's constructor over node.Clients (see internal/bridge).
-var newLocker = bridge.NewLocker.(func([]node.Client, []dlock.Option) (*dlock.Locker, error))
+// newLocker is dlock's constructor over node.Clients (see internal/bridge),
+// or nil if the core in the build is not the version this module was
+// released with (New and NewRedlock then panic saying so).
+var newLocker, _ = bridge.NewLocker.(func([]node.Client, []dlock.Option) (*dlock.Locker, error))
+
+// core is newLocker, or a panic that says what is wrong.
+func core() func([]node.Client, []dlock.Option) (*dlock.Locker, error) {
+	if newLocker == nil {
+		panic("dlockrueidis: the github.com/dlock-dev/dlock in this build is not the version that this module was released with: require the same version of both")
+	}
+	return newLocker
+}
 
 // New returns a Locker on one Redis deployment through client: a
 // standalone server, a Sentinel deployment or a Cluster, as dlock.New does
@@ -48,7 +58,7 @@ func New(client rueidis.Client, opts ...dlock.Option) *dlock.Locker {
 	if client == nil {
 		panic("dlockrueidis: New called with a nil client")
 	}
-	l, _ := newLocker([]node.Client{newClient(client)}, opts) // an invalid Option: l returns its error
+	l, _ := core()([]node.Client{newClient(client)}, opts) // an invalid Option: l returns its error
 	return l
 }
 
@@ -71,7 +81,7 @@ func NewRedlock(clients []rueidis.Client, opts ...dlock.Option) (*dlock.Locker, 
 		}
 		ncs[i] = newClient(c)
 	}
-	l, err := newLocker(ncs, opts)
+	l, err := core()(ncs, opts)
 	if err != nil {
 		if l != nil {
 			l.Close()
@@ -88,6 +98,11 @@ type client struct {
 	desc node.Description
 }
 
+// newClient describes c: its address (the nodes it knows), and whether it
+// is a Cluster client. A rueidis client does not say whether it dials with
+// TLS, nor lets one read its retry settings: TLS and NoRetries stay false
+// (the hints of errors do not mention TLS; every failed command may have
+// run, as far as dlock knows).
 func newClient(c rueidis.Client) *client {
 	addrs := make([]string, 0, 4)
 	for a := range c.Nodes() {
@@ -143,16 +158,39 @@ func str(a any) string {
 	return fmt.Sprint(a)
 }
 
-// reply is r as node.Conn gives it.
+// reply is r as node.Conn gives it: an error reply inside an array or a
+// map (extend.lua answers one per lock of a batch) is a node.ReplyError
+// too, as go-redis gives it.
 func reply(r rueidis.RedisResult) (any, error) {
 	v, err := r.ToAny()
-	return v, mapErr(err)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return nested(v), nil
+}
+
+// nested replaces rueidis' error replies inside v with node.ReplyErrors.
+func nested(v any) any {
+	switch x := v.(type) {
+	case []any:
+		for i, e := range x {
+			x[i] = nested(e)
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = nested(e)
+		}
+	case error:
+		return mapErr(x)
+	}
+	return v
 }
 
 // mapErr maps rueidis' errors to node.Conn's: a nil reply is no error, an
-// error reply a node.ReplyError. (rueidis.ErrClosing is also its error for
-// a server it cannot connect to, so it is left a transport's error: the
-// command may have run, as far as dlock knows.)
+// error reply a node.ReplyError. (rueidis.ErrClosing is its error for a
+// closed client and for a server it cannot connect to alike, so it is left
+// a transport's error, never node.ErrClosed: the command may have run, as
+// far as dlock knows, and the Locker's clean-up keeps trying until Close.)
 func mapErr(err error) error {
 	if err == nil || rueidis.IsRedisNil(err) {
 		return nil
@@ -181,43 +219,74 @@ func (c *conn) DoMulti(ctx context.Context, cmds ...[]any) []node.Result {
 
 // DoWait sends the command and WAIT on a dedicated connection (to the
 // server of the command's key, on a Cluster), so that WAIT counts the
-// command's write.
+// command's write. rueidis takes the connection without a context (a dial
+// waits for its Dialer's timeout): the call runs on a goroutine of its
+// own, and DoWait returns ctx's error when ctx ends first (the command may
+// still run; the goroutine ends with the dial).
 func (c *conn) DoWait(ctx context.Context, args []any, replicas int, timeoutMS int64) (cmd, wait node.Result) {
-	err := c.c.Dedicated(func(dc rueidis.DedicatedClient) error {
-		rs := dc.DoMulti(ctx, build(dc.B(), args), build(dc.B(), []any{"wait", replicas, timeoutMS}))
-		cmd.Val, cmd.Err = reply(rs[0])
-		wait.Val, wait.Err = reply(rs[1])
-		return nil
-	})
-	if err != nil {
-		err = mapErr(err)
-		cmd.Err, wait.Err = err, err
+	type results struct{ cmd, wait node.Result }
+	done := make(chan results, 1)
+	go func() {
+		var r results
+		err := c.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+			rs := dc.DoMulti(ctx, build(dc.B(), args), build(dc.B(), []any{"wait", replicas, timeoutMS}))
+			r.cmd.Val, r.cmd.Err = reply(rs[0])
+			r.wait.Val, r.wait.Err = reply(rs[1])
+			return nil
+		})
+		if err != nil {
+			err = mapErr(err)
+			r.cmd.Err, r.wait.Err = err, err
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		return r.cmd, r.wait
+	case <-ctx.Done():
+		err := ctx.Err()
+		return node.Result{Err: err}, node.Result{Err: err}
 	}
-	return cmd, wait
 }
 
 // pubSub is node.PubSub on rueidis: a dedicated connection with pub/sub
-// hooks, made again (with every channel subscribed so far) when it breaks.
+// hooks, made by a goroutine of its own (run) once something is to be
+// subscribed, and made again, with every channel subscribed so far, when
+// it breaks. Events and errors reach Receive in the order they happened.
 type pubSub struct {
-	c      rueidis.Client
-	events chan node.Event
-	errs   chan error
-	done   chan struct{}
+	c     rueidis.Client
+	items chan item
+	done  chan struct{}
 
 	mu       sync.Mutex
 	channels []string
-	dc       rueidis.DedicatedClient
-	cancel   func()
-	running  bool
-	closed   bool
+	dc       rueidis.DedicatedClient // the current connection; nil while there is none
+	// up is closed once the current connection is subscribed to every
+	// channel recorded before it was made; a new one replaces it when the
+	// connection breaks.
+	up      chan struct{}
+	started bool
+	closed  bool
 }
+
+// item is an event, or an error (a broken connection, a refusal).
+type item struct {
+	e   node.Event
+	err error
+}
+
+// subscribeTimeout bounds the SUBSCRIBE that a new connection sends for
+// every channel (inbox.SubscribeTimeout's).
+const subscribeTimeout = 5 * time.Second
 
 func newPubSub(c rueidis.Client) *pubSub {
-	return &pubSub{c: c, events: make(chan node.Event, 64), errs: make(chan error, 1), done: make(chan struct{})}
+	return &pubSub{c: c, items: make(chan item, 64), done: make(chan struct{}), up: make(chan struct{})}
 }
 
-// Subscribe records channel and sends SUBSCRIBE on the current connection,
-// making it first if there is none.
+// Subscribe records channel and sends SUBSCRIBE on the current connection.
+// Without one, the connection being made subscribes to it (the first call
+// starts making it), and Subscribe returns once it did, or with ctx's error
+// (the subscription is made all the same, once the connection is).
 func (p *pubSub) Subscribe(ctx context.Context, channel string) error {
 	p.mu.Lock()
 	if p.closed {
@@ -227,17 +296,23 @@ func (p *pubSub) Subscribe(ctx context.Context, channel string) error {
 	if !slices.Contains(p.channels, channel) {
 		p.channels = append(p.channels, channel)
 	}
-	dc := p.dc
-	if dc == nil {
-		var wait <-chan error
-		dc, wait = p.dedicate()
-		if !p.running {
-			p.running = true
-			go p.watch(wait)
-		}
+	dc, up := p.dc, p.up
+	if !p.started {
+		p.started = true
+		go p.run()
 	}
 	p.mu.Unlock()
-	return p.subscribe(ctx, dc, channel)
+	if dc != nil {
+		return p.subscribe(ctx, dc, channel)
+	}
+	select {
+	case <-up:
+		return nil
+	case <-p.done:
+		return node.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // subscribe sends SUBSCRIBE for channels with dc. A refusal (an error
@@ -246,69 +321,58 @@ func (p *pubSub) Subscribe(ctx context.Context, channel string) error {
 func (p *pubSub) subscribe(ctx context.Context, dc rueidis.DedicatedClient, channels ...string) error {
 	err := mapErr(dc.Do(ctx, dc.B().Subscribe().Channel(channels...).Build()).Error())
 	if node.IsReply(err) {
-		select {
-		case p.errs <- err:
-		default:
-		}
+		p.push(item{err: err})
 	}
 	return err
 }
 
-// dedicate takes a dedicated connection with the hooks; p.mu is held.
-func (p *pubSub) dedicate() (rueidis.DedicatedClient, <-chan error) {
-	dc, cancel := p.c.Dedicate()
-	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{
-		OnMessage: func(m rueidis.PubSubMessage) { p.push(node.Event{Kind: "message", Payload: m.Message}) },
-		OnSubscription: func(s rueidis.PubSubSubscription) {
-			p.push(node.Event{Kind: s.Kind})
-		},
-	})
-	p.dc, p.cancel = dc, cancel
-	return dc, wait
-}
-
-func (p *pubSub) push(e node.Event) {
-	select {
-	case p.events <- e:
-	case <-p.done:
-	}
-}
-
-// watch waits for the connection to break, reports it, and makes a new one
-// with every channel, backing off while the node does not answer.
-func (p *pubSub) watch(wait <-chan error) {
+// run makes the connection, subscribes it to every channel, waits for it
+// to break (and reports that), and makes it again, backing off while the
+// node does not answer, until Close. It dials without p.mu held: Close
+// never waits for a dial (a dial under way ends with the Dialer's timeout,
+// and its connection is then closed).
+func (p *pubSub) run() {
 	failures := 0
 	for {
+		dc, _ := p.c.Dedicate()
+		broken := dc.SetPubSubHooks(rueidis.PubSubHooks{
+			OnMessage:      func(m rueidis.PubSubMessage) { p.push(item{e: node.Event{Kind: "message", Payload: m.Message}}) },
+			OnSubscription: func(s rueidis.PubSubSubscription) { p.push(item{e: node.Event{Kind: s.Kind}}) },
+		})
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			dc.Close()
+			return
+		}
+		p.dc = dc
+		channels := slices.Clone(p.channels)
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		if err := p.subscribe(ctx, dc, channels...); err == nil || node.IsReply(err) {
+			failures = 0
+		}
+		cancel()
+		p.mu.Lock()
+		close(p.up)
+		p.mu.Unlock()
 		var err error
 		select {
-		case err = <-wait:
+		case err = <-broken:
 		case <-p.done:
+			return // Close closed dc
+		}
+		if isDone(p.done) {
 			return
 		}
 		if err == nil {
 			err = errors.New("dlockrueidis: the pub/sub connection was closed")
 		}
-		select {
-		case p.errs <- err:
-		default:
-		}
+		p.push(item{err: err})
 		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			return
-		}
-		p.cancel()
-		dc, w := p.dedicate()
-		channels := slices.Clone(p.channels)
+		p.dc, p.up = nil, make(chan struct{})
 		p.mu.Unlock()
-		wait = w
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = p.subscribe(ctx, dc, channels...)
-		cancel()
-		if err == nil {
-			failures = 0
-			continue
-		}
+		dc.Close()
 		failures++
 		t := time.NewTimer(min(time.Duration(failures)*50*time.Millisecond, time.Second))
 		select {
@@ -320,14 +384,29 @@ func (p *pubSub) watch(wait <-chan error) {
 	}
 }
 
-// Receive returns the next event, or the error of a broken connection
-// (made again meanwhile), or node.ErrClosed once closed.
+// push hands it to Receive, in order, unless p is closed first.
+func (p *pubSub) push(it item) {
+	select {
+	case p.items <- it:
+	case <-p.done:
+	}
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// Receive returns the next event or error (a broken connection, made again
+// meanwhile; a refusal), or node.ErrClosed once closed.
 func (p *pubSub) Receive(ctx context.Context) (node.Event, error) {
 	select {
-	case e := <-p.events:
-		return e, nil
-	case err := <-p.errs:
-		return node.Event{}, mapErr(err)
+	case it := <-p.items:
+		return it.e, mapErr(it.err)
 	case <-p.done:
 		return node.Event{}, node.ErrClosed
 	case <-ctx.Done():
@@ -335,17 +414,21 @@ func (p *pubSub) Receive(ctx context.Context) (node.Event, error) {
 	}
 }
 
-// Close ends the connection.
+// Close closes the connection (never returned to rueidis' pool, where a
+// connection still subscribed would answer other commands wrongly).
 func (p *pubSub) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
 	close(p.done)
-	if p.cancel != nil {
-		p.cancel()
+	dc := p.dc
+	p.dc = nil
+	p.mu.Unlock()
+	if dc != nil {
+		dc.Close()
 	}
 	return nil
 }

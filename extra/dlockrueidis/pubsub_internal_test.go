@@ -94,8 +94,8 @@ func TestPubSubReconnects(t *testing.T) {
 	defer nc.Close()
 	np := newPubSub(nc)
 	defer np.Close()
-	if err := np.Subscribe(ctx, "inbox"); !node.IsReply(err) {
-		t.Fatalf("a refused SUBSCRIBE: %v, want an error reply", err)
+	if err := np.Subscribe(ctx, "inbox"); err != nil && !node.IsReply(err) {
+		t.Fatalf("a refused SUBSCRIBE: %v, want nil (made by the connection) or an error reply", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -107,4 +107,58 @@ func TestPubSubReconnects(t *testing.T) {
 	if _, err := p.Receive(ctx); !errors.Is(err, node.ErrClosed) {
 		t.Fatalf("Receive after Close: %v", err)
 	}
+}
+
+// TestNestedErrorReply: an error reply inside an array (extend.lua answers
+// one per lock of a batch) is an error reply for dlock, as on go-redis.
+func TestNestedErrorReply(t *testing.T) {
+	s := dlocktest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, err := (&conn{c}).Do(context.Background(), "eval", "return {1, redis.error_reply('WRONGTYPE not a hash')}", 0)
+	arr, _ := v.([]any)
+	if err != nil || len(arr) != 2 {
+		t.Fatalf("%v, %v", v, err)
+	}
+	if e, ok := arr[1].(error); !ok || !node.IsReply(e) || !node.HasErrorPrefix(e, "WRONGTYPE") {
+		t.Errorf("the nested error %#v is not an error reply", arr[1])
+	}
+}
+
+// TestFrozenServerBounded: on a frozen server, DoWait (a dedicated
+// connection, which rueidis dials without a context) and a first
+// Subscribe return when their ctx ends, not after the Dialer's 5s; Close
+// does not wait for the dial.
+func TestFrozenServerBounded(t *testing.T) {
+	s := dlocktest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Thaw()
+	bounded := func(what string, f func(ctx context.Context)) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		f(ctx)
+		if d := time.Since(start); d > 2*time.Second { // the Dialer's timeout is 5s
+			t.Errorf("%s took %s with a 200ms ctx", what, d)
+		}
+	}
+	bounded("DoWait", func(ctx context.Context) {
+		if cmd, _ := (&conn{c}).DoWait(ctx, []any{"eval", "return 1", 0}, 1, 100); !errors.Is(cmd.Err, context.DeadlineExceeded) {
+			t.Errorf("DoWait: %v, want the deadline", cmd.Err)
+		}
+	})
+	p := newPubSub(c)
+	bounded("Subscribe", func(ctx context.Context) { _ = p.Subscribe(ctx, "inbox") })
+	bounded("Close", func(context.Context) { p.Close() })
 }

@@ -23,8 +23,9 @@ import (
 // string (bulk and status replies), a float64 or bool (RESP3), a []any or
 // a map[any]any or map[string]any (RESP3), of such values. An error reply of Redis is an
 // error for which IsReply holds; a client that was closed answers an error
-// wrapping ErrClosed; any other error is the transport's (the command may
-// or may not have run).
+// wrapping ErrClosed where its library tells a closed client apart (go-redis
+// does; rueidis does not, and its error is then a transport's); any other
+// error is the transport's (the command may or may not have run).
 //
 // A command's keys are where Redis puts them: EVAL and EVALSHA's after
 // their number at index 2, other keyed commands' (GET, PTTL, HGET, HGETALL,
@@ -230,7 +231,8 @@ type Description struct {
 	// first key, and a pub/sub subscription may sit on another node than
 	// the keys it is about.
 	Cluster bool
-	// TLS is true for a client that dials with TLS.
+	// TLS is true for a client that dials with TLS (it only shapes the
+	// hints of errors; false when the client does not say).
 	TLS bool
 	// NoRetries is true when the client never sends a command twice, so
 	// that a command whose connection could not be made never ran.

@@ -35,13 +35,24 @@ func reply(cmd *redis.Cmd) (any, error) {
 	return v, closedErr(err)
 }
 
-// closedErr is err, or node.ErrClosed for go-redis' closed client.
+// closedErr is err, or for go-redis' closed client an error that matches
+// both node.ErrClosed and redis.ErrClosed (as it did before node.Conn),
+// with go-redis' text.
 func closedErr(err error) error {
 	if err == redis.ErrClosed {
-		return node.ErrClosed
+		return errClientClosed
 	}
 	return err
 }
+
+// errClientClosed is go-redis' redis.ErrClosed as node.Conn gives it.
+var errClientClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string        { return redis.ErrClosed.Error() }
+func (closedError) Unwrap() error        { return redis.ErrClosed }
+func (closedError) Is(target error) bool { return target == node.ErrClosed }
 
 func (r *redisConn) Do(ctx context.Context, args ...any) (any, error) {
 	cmd := newCmd(ctx, args)
