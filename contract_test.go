@@ -10,9 +10,5 @@ import (
 // (internal/contract; extra/dlockrueidis and extra/dlockvalkey run it on
 // theirs) on go-redis clients, on each topology.
 func TestContract(t *testing.T) {
-	var ts []contract.Topology
-	for _, topo := range topologies {
-		ts = append(ts, contract.Topology{Name: topo.name, Start: topo.start})
-	}
-	contract.Run(t, ts)
+	contract.Run(t, topologies)
 }

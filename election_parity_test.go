@@ -30,8 +30,8 @@ func next(t *testing.T, obs <-chan dlock.Leader, what string) dlock.Leader {
 // leadership changes are counted.
 func TestProclaim(t *testing.T) {
 	for _, topo := range topologies {
-		t.Run(topo.name, func(t *testing.T) {
-			mk := topo.start(t)
+		t.Run(topo.Name, func(t *testing.T) {
+			mk := topo.Start(t)
 			a, b := mk(), mk()
 			octx, stop := context.WithCancel(ctx(t))
 			defer stop()
@@ -160,8 +160,8 @@ func TestLeaderWithoutCount(t *testing.T) {
 // command (a probe of a lost lock answers at once, the servers aside).
 func TestHealth(t *testing.T) {
 	for _, topo := range topologies {
-		t.Run(topo.name, func(t *testing.T) {
-			mk := topo.start(t)
+		t.Run(topo.Name, func(t *testing.T) {
+			mk := topo.Start(t)
 			a, b := mk(), mk()
 			var h dlock.Health
 			probe := func() int {

@@ -70,8 +70,8 @@ func (p *limitPhases) next(limit int) {
 func TestSetLimitExclusion(t *testing.T) {
 	t.Parallel() // mostly waits: beside TestHistory and the others that do
 	for _, topo := range topologies {
-		t.Run(topo.name, func(t *testing.T) {
-			mk := topo.start(t)
+		t.Run(topo.Name, func(t *testing.T) {
+			mk := topo.Start(t)
 			lockers := []*dlock.Locker{mk(), mk(), mk()}
 			p := &limitPhases{starts: map[int]time.Time{}, limit: 2}
 			stop := make(chan struct{})
@@ -99,7 +99,7 @@ func TestSetLimitExclusion(t *testing.T) {
 						k, err := l.Acquire(actx, "ex", dlock.WithLimit(limit), dlock.WithTTL(5*time.Second))
 						cancel()
 						if errors.Is(err, dlock.ErrMisconfigured) {
-							if topo.name == "redlock5" {
+							if topo.Name == "redlock5" {
 								// The nodes disagree while a change is under
 								// way (see SetLimit): refused, not admitted.
 								refused.Add(1)

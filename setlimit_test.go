@@ -7,20 +7,18 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/contract"
 )
 
-// topology is a deployment for a table-driven test: start starts its
+// topology is a deployment for a table-driven test: Start starts its
 // servers and returns a maker of Lockers on them (each closed, with its
-// clients, when the test ends).
-type topology struct {
-	name  string
-	start func(t *testing.T) func() *dlock.Locker
-}
+// clients, when the test ends). The contract suite takes the same.
+type topology = contract.Topology
 
 // topologies are one Redis, a Redlock of five masters and a Cluster of
 // three.
 var topologies = []topology{
-	{"single", func(t *testing.T) func() *dlock.Locker {
+	{Name: "single", Start: func(t *testing.T) func() *dlock.Locker {
 		s := dlocktest.Start(t)
 		return func() *dlock.Locker {
 			c := s.Client()
@@ -29,7 +27,7 @@ var topologies = []topology{
 			return l
 		}
 	}},
-	{"redlock5", func(t *testing.T) func() *dlock.Locker {
+	{Name: "redlock5", Start: func(t *testing.T) func() *dlock.Locker {
 		servers := dlocktest.StartN(t, 5)
 		return func() *dlock.Locker {
 			l, err := dlock.NewRedlock(dlocktest.Clients(t, servers...))
@@ -40,7 +38,7 @@ var topologies = []topology{
 			return l
 		}
 	}},
-	{"cluster3", func(t *testing.T) func() *dlock.Locker {
+	{Name: "cluster3", Start: func(t *testing.T) func() *dlock.Locker {
 		cl := dlocktest.StartCluster(t, 3)
 		return func() *dlock.Locker {
 			c := cl.Client()
@@ -73,8 +71,8 @@ func hold(t *testing.T, l *dlock.Locker, key string, limit, n int) []*dlock.Lock
 // ErrMisconfigured, a free key ErrNotHeld, n < 2 ErrInvalid.
 func TestSetLimit(t *testing.T) {
 	for _, topo := range topologies {
-		t.Run(topo.name, func(t *testing.T) {
-			mk := topo.start(t)
+		t.Run(topo.Name, func(t *testing.T) {
+			mk := topo.Start(t)
 			a, b := mk(), mk()
 
 			// A raise wakes a waiter that asked for the old limit.
@@ -87,7 +85,7 @@ func TestSetLimit(t *testing.T) {
 				// may meet a node not yet changed, which refuses it as
 				// misconfigured; SetLimit's doc says to try again (one
 				// Redis and a Cluster change atomically: no retry).
-				for try := 0; topo.name == "redlock5" && errors.Is(err, dlock.ErrMisconfigured) && try < 3; try++ {
+				for try := 0; topo.Name == "redlock5" && errors.Is(err, dlock.ErrMisconfigured) && try < 3; try++ {
 					t.Logf("refused while the nodes disagree (tried again): %v", err)
 					k, err = b.Acquire(ctx(t), "raise", dlock.WithLimit(2), dlock.WithTTL(20*time.Second))
 				}
@@ -182,8 +180,8 @@ func TestSetLimit(t *testing.T) {
 func TestSetLimitGrace(t *testing.T) {
 	defer dlock.SetLimitGrace(time.Second)()
 	for _, topo := range topologies {
-		t.Run(topo.name, func(t *testing.T) {
-			mk := topo.start(t)
+		t.Run(topo.Name, func(t *testing.T) {
+			mk := topo.Start(t)
 			a, b := mk(), mk()
 			held := hold(t, a, "g", 2, 2)
 			if err := a.SetLimit(ctx(t), "g", 4); err != nil {
