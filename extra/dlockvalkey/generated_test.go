@@ -27,6 +27,8 @@ var rename = strings.NewReplacer(
 	"rueidis clients", "valkey-go clients",
 	"a rueidis client", "a valkey-go client",
 	"rueidis'", "valkey-go's",
+	"[rueidis](", "[valkey-go](",
+	"rueidis v1.0.79", "valkey-go v1.0.79",
 	"rueidis", "valkey",
 )
 
@@ -35,6 +37,8 @@ var generated = map[string]string{
 	"dlockvalkey.go":          "dlockrueidis.go",
 	"dlockvalkey_test.go":     "dlockrueidis_test.go",
 	"pubsub_internal_test.go": "pubsub_internal_test.go",
+	"example_test.go":         "example_test.go",
+	"README.md":               "README.md",
 }
 
 // TestGenerated: this module's source is extra/dlockrueidis's, renamed
@@ -45,7 +49,11 @@ func TestGenerated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "// Code generated from extra/dlockrueidis/" + in + " by generated_test.go; DO NOT EDIT.\n\n" + rename.Replace(string(src))
+		header := "// Code generated from extra/dlockrueidis/" + in + " by generated_test.go; DO NOT EDIT.\n\n"
+		if strings.HasSuffix(in, ".md") {
+			header = "<!-- Generated from extra/dlockrueidis/" + in + " by generated_test.go; do not edit. -->\n\n"
+		}
+		want := header + rename.Replace(string(src))
 		if *update {
 			if err := os.WriteFile(out, []byte(want), 0o644); err != nil {
 				t.Fatal(err)

@@ -1,12 +1,10 @@
 module github.com/dlock-dev/dlock/extra/dlockvalkey
 
-go 1.26.0
-
-replace github.com/dlock-dev/dlock => ../..
+go 1.25.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0-00010101000000-000000000000
-	github.com/valkey-io/valkey-go v1.0.80
+	github.com/dlock-dev/dlock v0.1.0
+	github.com/valkey-io/valkey-go v1.0.79
 	go.uber.org/goleak v1.3.0
 )
 
@@ -14,5 +12,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	github.com/redis/go-redis/v9 v9.7.3 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 )
+
+replace github.com/dlock-dev/dlock => ../..
