@@ -324,9 +324,6 @@ func (n *Node) workerClient() redis.UniversalClient {
 	return n.Client
 }
 
-// Conn is the node's client as a node.Conn, for a call of its own (without
-// the batchers and the bounds of Call).
-func (n *Node) Conn() node.Conn { return n.conn }
 
 // withTimeoutKeepsHooks reports whether a copy made with (*redis.Client).
 // WithTimeout runs the hooks added to the client before. Some go-redis
@@ -395,9 +392,7 @@ func (n *Node) inline(ctx context.Context, timeout time.Duration) node.Conn {
 	return n.bounded(timeout)
 }
 
-// IsReply reports whether err is an error reply of Redis. (A function of
-// its own, so that the target of errors.As is allocated only when it is
-// called.)
+// IsReply reports whether err is an error reply of Redis (node.IsReply).
 func IsReply(err error) bool { return node.IsReply(err) }
 
 // NewNode describes client, deriving its address and whether it applies
