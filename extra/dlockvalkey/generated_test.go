@@ -13,6 +13,8 @@ var update = flag.Bool("update", false, "write the files generated from extra/dl
 // rename turns extra/dlockrueidis's source into this module's: valkey-go
 // is rueidis' fork, with the same API under Valkey's names.
 var rename = strings.NewReplacer(
+	"Its speed beside rueidislock is in", "Its speed on rueidis (valkey-go is its fork), beside rueidislock, is in",
+	"rueidis does not tell", "valkey-go does not tell",
 	"github.com/redis/rueidis", "github.com/valkey-io/valkey-go",
 	"extra/dlockrueidis", "extra/dlockvalkey",
 	"dlockrueidis", "dlockvalkey",
