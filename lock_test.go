@@ -353,7 +353,7 @@ func TestStaleOwnerCannotTouchNewOwner(t *testing.T) {
 
 func TestAutoRenew(t *testing.T) {
 	l, _, c := single(t)
-	const ttl = 150 * time.Millisecond
+	const ttl = 500 * time.Millisecond // renewed every fraction of it: short, but not so short that a loaded CI machine starves the renewals
 	k, err := l.Acquire(ctx(t), "renewed", dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
