@@ -324,7 +324,6 @@ func (n *Node) workerClient() redis.UniversalClient {
 	return n.Client
 }
 
-
 // withTimeoutKeepsHooks reports whether a copy made with (*redis.Client).
 // WithTimeout runs the hooks added to the client before. Some go-redis
 // versions build the copy without them: commands sent through it would be
