@@ -33,6 +33,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/bridge"
+	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/dlock-dev/dlock/internal/node"
 )
 
@@ -275,10 +276,6 @@ type item struct {
 	err error
 }
 
-// subscribeTimeout bounds the SUBSCRIBE that a new connection sends for
-// every channel (inbox.SubscribeTimeout's).
-const subscribeTimeout = 5 * time.Second
-
 func newPubSub(c rueidis.Client) *pubSub {
 	return &pubSub{c: c, items: make(chan item, 64), done: make(chan struct{}), up: make(chan struct{})}
 }
@@ -348,7 +345,7 @@ func (p *pubSub) run() {
 		p.dc = dc
 		channels := slices.Clone(p.channels)
 		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), inbox.SubscribeTimeout) // bounds the SUBSCRIBE of every channel
 		if err := p.subscribe(ctx, dc, channels...); err == nil || node.IsReply(err) {
 			failures = 0
 		}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/bridge"
+	"github.com/dlock-dev/dlock/internal/inbox"
 	"github.com/dlock-dev/dlock/internal/node"
 )
 
@@ -277,10 +278,6 @@ type item struct {
 	err error
 }
 
-// subscribeTimeout bounds the SUBSCRIBE that a new connection sends for
-// every channel (inbox.SubscribeTimeout's).
-const subscribeTimeout = 5 * time.Second
-
 func newPubSub(c valkey.Client) *pubSub {
 	return &pubSub{c: c, items: make(chan item, 64), done: make(chan struct{}), up: make(chan struct{})}
 }
@@ -350,7 +347,7 @@ func (p *pubSub) run() {
 		p.dc = dc
 		channels := slices.Clone(p.channels)
 		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), inbox.SubscribeTimeout) // bounds the SUBSCRIBE of every channel
 		if err := p.subscribe(ctx, dc, channels...); err == nil || node.IsReply(err) {
 			failures = 0
 		}
