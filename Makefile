@@ -82,7 +82,7 @@ endif
 DURATION ?= 10m
 soak: redis
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
-		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history_test|^(---|ok|FAIL)'
+		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history\.go|^(---|ok|FAIL)'
 	@cat soak-summary.txt
 
 # The reliability suite (docs/reliability.md, Faults): the long forms of the
@@ -114,7 +114,7 @@ reliability: redis
 		DLOCK_MIGRATION_DURATION=$(RELIABILITY_DURATION) \
 		DLOCK_FAILOVER_RUNS=$(FAILOVER_RUNS) \
 		$(GO) test -race -count=1 -timeout 0 -v -run '^(TestLinearizableFaults|TestSlotMigrationUnderLoad|TestHistory|TestFailoverUnderLoad)$$' . >>reliability.log 2>&1; rc=$$?; \
-	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|history|failover_load)_test.go'; exit $$rc
+	sed -n '/^== long runs/,$$p' reliability.log | grep -E '^(--- |ok|FAIL)|(linearizability|migration|failover_load)_test.go|history\.go'; exit $$rc
 
 # Each fuzz target for FUZZTIME (default 100000x: a count of executions,
 # some seconds each): the reply parsers, key names and options, and the

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/fenced"
+	"github.com/dlock-dev/dlock/internal/history"
 )
 
 // Clock faults on the server: a redis-server under libfaketime (Debian's
@@ -27,25 +28,12 @@ import (
 // fakeClock is the clock offset of a redis-server run under libfaketime.
 type fakeClock struct{ file string }
 
-// fakeClockLibs returns what LD_PRELOAD needs, or why it is missing.
-func fakeClockLibs() (string, error) {
-	var libs []string
-	for _, pattern := range []string{"/usr/lib/*/libc_malloc_debug.so.0", "/usr/lib/*/faketime/libfaketime.so.1"} {
-		m, _ := filepath.Glob(pattern)
-		if len(m) == 0 {
-			return "", fmt.Errorf("no %s (install Debian's libfaketime; glibc 2.34 or later)", pattern)
-		}
-		libs = append(libs, m[0])
-	}
-	return libs[0] + " " + libs[1], nil
-}
-
 // startFakeClock starts a redis-server whose clock the returned fakeClock
 // steps; it skips the test where libfaketime is not installed, unless
 // DLOCK_RELIABILITY=1 (the reliability suite must run it).
 func startFakeClock(t *testing.T) (*dlocktest.Server, *fakeClock) {
 	t.Helper()
-	preload, err := fakeClockLibs()
+	preload, err := history.FakeClockLibs()
 	if err != nil {
 		if os.Getenv("DLOCK_RELIABILITY") == "1" {
 			t.Fatal(err)

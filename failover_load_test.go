@@ -3,7 +3,7 @@ package dlock_test
 // Failover under load: a master with one replica (behind Sentinel, or in a
 // Cluster) is killed with SIGKILL while several Lockers, each with its own
 // client and several goroutines, acquire, renew and release; the history
-// checker (history_test.go) then checks exclusion and fence order on each
+// checker (internal/history) then checks exclusion and fence order on each
 // key, and the stall is measured. DLOCK_FAILOVER_RUNS=N runs N runs per
 // mode, DLOCK_RELIABILITY=1 one (see TestFailoverUnderLoad); make test
 // skips it.
@@ -24,6 +24,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/history"
 )
 
 const (
@@ -151,7 +152,7 @@ type failoverRun struct {
 	idle  time.Duration // a worker's pause after a release: up to $DLOCK_FAILOVER_IDLE (default none)
 	mode  failoverMode
 	setup *failoverSetup
-	hist  map[string]*historyRun // by key
+	hist  map[string]*history.Checker // by key
 
 	mu       sync.Mutex
 	killed   time.Time // zero before the kill
@@ -173,11 +174,8 @@ type failoverResult struct {
 	reports                 []string
 }
 
-func (r *failoverRun) emit(key string, rec record) {
-	h := r.hist[key]
-	h.mu.Lock()
-	h.recs = append(h.recs, rec)
-	h.mu.Unlock()
+func (r *failoverRun) emit(key string, rec history.Record) {
+	r.hist[key].Add(rec)
 	if rec.Kind != "begin" {
 		return
 	}
@@ -192,7 +190,7 @@ func (r *failoverRun) emit(key string, rec record) {
 	}
 }
 
-// worker locks key until stop closes, as historyWorker does: mostly short
+// worker locks key until stop closes, as the history checker's workers do (internal/history): mostly short
 // sections, and one in two held for 1s to 1s+max(3s, TTL/2), renewed.
 func (r *failoverRun) worker(l *dlock.Locker, key string, w int, stop <-chan struct{}) {
 	rnd := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
@@ -202,23 +200,23 @@ func (r *failoverRun) worker(l *dlock.Locker, key string, w int, stop <-chan str
 			return
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+		ctx, cancel := context.WithTimeout(context.Background(), history.AcquireTimeout)
 		since := time.Now()
 		k, err := l.Acquire(ctx, key, dlock.WithTTL(r.ttl))
 		cancel()
-		rec := record{W: w, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
+		rec := history.Record{W: w, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
 		if err != nil {
-			rec.Err = errClass(err)
+			rec.Err = history.ErrClass(err)
 			r.emit(key, rec)
 			continue
 		}
 		r.emit(key, rec)
-		r.emit(key, record{W: w, Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano()})
+		r.emit(key, history.Record{W: w, Kind: "begin", Fence: k.Fence(), At: time.Now().UnixNano()})
 		work := time.Duration(rnd.IntN(20)) * time.Millisecond
 		if rnd.IntN(2) == 0 {
 			work = time.Second + time.Duration(rnd.Int64N(int64(max(3*time.Second, r.ttl/2))))
 		}
-		end := holdFor(k, work, false)
+		end := history.HoldFor(k, work, false)
 		end.W = w
 		r.emit(key, end)
 		_ = k.Release(context.Background())
@@ -241,9 +239,9 @@ func runFailover(t *testing.T, mode failoverMode) failoverResult {
 		setup = startClusterSetup
 	}
 	idle, _ := time.ParseDuration(os.Getenv("DLOCK_FAILOVER_IDLE"))
-	r := &failoverRun{t: t, ttl: failoverTTL(), idle: idle, mode: mode, setup: setup(t), hist: map[string]*historyRun{}, acquired: make(chan struct{})}
+	r := &failoverRun{t: t, ttl: failoverTTL(), idle: idle, mode: mode, setup: setup(t), hist: map[string]*history.Checker{}, acquired: make(chan struct{})}
 	for _, key := range r.setup.keys {
-		r.hist[key] = &historyRun{t: t, ttl: r.ttl, paused: map[int][]fault{}, killed: map[int][]time.Time{}}
+		r.hist[key] = history.NewChecker(t, r.ttl)
 	}
 	var opts []dlock.Option
 	if mode.ack {
@@ -343,7 +341,7 @@ func (r *failoverRun) fault() time.Duration {
 	r.back = back
 	r.mu.Unlock()
 	for _, h := range r.hist {
-		h.logFault(fault{kind: "master killed, replica promoted, old master back as its replica", w: -1, start: start, end: back})
+		h.Fault("master killed, replica promoted, old master back as its replica", start, back)
 	}
 	return promoted
 }
@@ -359,7 +357,7 @@ func (r *failoverRun) check(promoted time.Duration) failoverResult {
 	r.mu.Unlock()
 	for _, key := range r.setup.keys {
 		h := r.hist[key]
-		sum := h.check(func(format string, args ...any) {
+		sum := h.Check(func(format string, args ...any) {
 			msg := fmt.Sprintf(format, args...)
 			switch {
 			case strings.HasPrefix(msg, "overlap"):
@@ -372,26 +370,25 @@ func (r *failoverRun) check(promoted time.Duration) failoverResult {
 			res.reports = append(res.reports, key+": "+msg)
 		})
 		r.t.Logf("%s: %s", key, sum)
-		h.mu.Lock()
-		for i, rec := range h.recs {
+		recs := h.Records()
+		for i, rec := range recs {
 			switch {
 			case rec.Kind == "begin":
 				res.sections++
 			case rec.Kind == "end" && rec.Lost:
 				res.lost++
-				r.logLost(key, h.recs, i)
+				r.logLost(key, recs, i)
 			case rec.Kind == "attempt" && rec.Err == "":
 				res.longestAcquire = max(res.longestAcquire, time.Duration(rec.At-rec.Since))
 			}
 		}
-		h.mu.Unlock()
 	}
 	return res
 }
 
 // logLost logs when the section that recs[i] ends (by Lost) began and
 // ended, and when the key's next section began, after the kill.
-func (r *failoverRun) logLost(key string, recs []record, i int) {
+func (r *failoverRun) logLost(key string, recs []history.Record, i int) {
 	since := func(at int64) time.Duration { return time.Unix(0, at).Sub(r.killed).Round(time.Millisecond) }
 	began, next := "?", "none"
 	for j := i - 1; j >= 0; j-- {

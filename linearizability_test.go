@@ -144,17 +144,17 @@ type register interface {
 
 var _ register = (*fenced.Store)(nil)
 
-// history records the calls of a run.
-type history struct {
+// linHistory records the calls of a run.
+type linHistory struct {
 	start time.Time
 	mu    sync.Mutex
 	ops   []porcupine.Operation
 }
 
-func (h *history) now() int64 { return int64(time.Since(h.start)) }
+func (h *linHistory) now() int64 { return int64(time.Since(h.start)) }
 
 // call makes one call of in on r as client, and records it.
-func (h *history) call(ctx context.Context, r register, client int, in regInput) regOutput {
+func (h *linHistory) call(ctx context.Context, r register, client int, in regInput) regOutput {
 	call := h.now()
 	var out regOutput
 	var err error
@@ -190,7 +190,7 @@ func (h *history) call(ctx context.Context, r register, client int, in regInput)
 }
 
 // check runs porcupine on h against model.
-func (h *history) check(t *testing.T, model porcupine.Model) porcupine.CheckResult {
+func (h *linHistory) check(t *testing.T, model porcupine.Model) porcupine.CheckResult {
 	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -199,7 +199,7 @@ func (h *history) check(t *testing.T, model porcupine.Model) porcupine.CheckResu
 }
 
 // counts sums up a history: calls by op and outcome.
-func (h *history) counts() string {
+func (h *linHistory) counts() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := map[string]int{}
@@ -236,8 +236,8 @@ type linWorkload struct {
 }
 
 // run runs w for d and returns the history.
-func (w linWorkload) run(t *testing.T, d time.Duration) *history {
-	h := &history{start: time.Now()}
+func (w linWorkload) run(t *testing.T, d time.Duration) *linHistory {
+	h := &linHistory{start: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	w.prelude(t, h)
@@ -268,7 +268,7 @@ func (w linWorkload) resource(i int) string { return fmt.Sprintf("lin%d", i) }
 // prelude makes, on the first resource, the calls that a broken store
 // gets wrong for sure: a former holder's Set and Claim after a newer
 // holder's write, and a holder's second write with its fence.
-func (w linWorkload) prelude(t *testing.T, h *history) {
+func (w linWorkload) prelude(t *testing.T, h *linHistory) {
 	key := w.resource(0)
 	a, b := w.lockers[0], w.lockers[1%len(w.lockers)]
 	ka, err := a.Acquire(ctx(t), key, dlock.WithTTL(w.ttl))
@@ -292,7 +292,7 @@ func (w linWorkload) prelude(t *testing.T, h *history) {
 // holder is one Locker's loop: acquire a resource's lock, read it with
 // Claim, write, sometimes delete, release; now and then write again with
 // the fence of a lock it no longer holds.
-func (w linWorkload) holder(ctx context.Context, h *history, id int, l *dlock.Locker, r register) {
+func (w linWorkload) holder(ctx context.Context, h *linHistory, id int, l *dlock.Locker, r register) {
 	var old []struct {
 		key   string
 		fence uint64

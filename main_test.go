@@ -10,15 +10,27 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/history"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("DLOCK_HISTORY_WORKER") == "1" {
-		os.Exit(historyWorker()) // a worker process of TestHistory
+	if history.IsWorker() {
+		os.Exit(history.Worker(history.GoRedis)) // a worker process of TestHistory
 	}
 	// The Examples' Redis, and the three independent masters of the
 	// Redlock one, at the addresses they name.
 	os.Exit(dlocktest.MainAt(m, "127.0.0.1:6379", "127.0.0.1:6380", "127.0.0.1:6381", "127.0.0.1:6382"))
+}
+
+// TestHistory runs the history checker (internal/history) on go-redis
+// clients: on one Redis and a 5-node Redlock, 30s each unless
+// $DLOCK_HISTORY_DURATION says otherwise (make soak).
+func TestHistory(t *testing.T) {
+	// Beside the other parallel tests, which mostly wait: the history's
+	// checks are of safety and of what is left once its workers stopped,
+	// which load does not change.
+	t.Parallel()
+	history.Test(t, 30*time.Second)
 }
 
 // single starts a redis-server for the test and returns a Locker on it.

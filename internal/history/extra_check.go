@@ -1,10 +1,9 @@
-package dlock_test
+package history
 
 import (
 	"fmt"
 	"sort"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -13,9 +12,9 @@ import (
 // counts the leadership requests: how often the candidate that asked led
 // next (reported, not required: under faults another may win, or the
 // leader may be lost before it resigns).
-func (h *historyRun) checkElection(recs []record, errorf func(format string, args ...any)) (string, int) {
+func (h *historyRun) checkElection(recs []Record, errorf func(format string, args ...any)) (string, int) {
 	_, violations, _ := h.checkSections(recs, func(format string, args ...any) { errorf("election: "+format, args...) })
-	var begins []record
+	var begins []Record
 	terms, askedOff, requests, servedNext := 0, 0, 0, 0
 	for _, r := range recs {
 		switch {
@@ -64,7 +63,7 @@ type permit struct {
 // once a change returned, with none begun since, no Acquire that began
 // after it is granted a permit while its limit's worth of permits is held
 // (lowering the limit admits no one new until the holders are below it).
-func (h *historyRun) checkLimits(recs []record, errorf func(format string, args ...any)) (string, int) {
+func (h *historyRun) checkLimits(recs []Record, errorf func(format string, args ...any)) (string, int) {
 	changes, permits, attempts, failures := h.limitHistory(recs)
 	sort.Slice(permits, func(i, j int) bool { return permits[i].start < permits[j].start })
 	violations, most, clockOverlaps := 0, 0, 0
@@ -113,7 +112,7 @@ func (h *historyRun) checkLimits(recs []record, errorf func(format string, args 
 // limitHistory reads the semaphore's records: the limit changes, the
 // permits (a killed worker's ending at the kill), the attempts and the
 // failures by class.
-func (h *historyRun) limitHistory(recs []record) ([]limitChange, []permit, int, map[string]int) {
+func (h *historyRun) limitHistory(recs []Record) ([]limitChange, []permit, int, map[string]int) {
 	var changes []limitChange
 	var permits []permit
 	open := map[[2]int]*permit{}
@@ -246,58 +245,4 @@ func (h *historyRun) limitDetail(live []permit, changes []limitChange, t int64) 
 		}
 	}
 	return b.String()
-}
-
-// TestHistoryCheckerLimits: the semaphore's check finds three holders of
-// a limit of 2 and accepts four once the limit was raised to 4, also for
-// acquisitions that began before the raise; the election's check finds
-// two leaders at once and counts the asking candidate that led next.
-func TestHistoryCheckerLimits(t *testing.T) {
-	base := time.Now()
-	at := func(ms int) int64 { return base.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
-	permitRecs := func(w, g, asked, from, to int) []record {
-		return []record{
-			{W: w, G: g, Key: historySemaphore, Kind: "begin", Since: at(asked), At: at(from)},
-			{W: w, G: g, Key: historySemaphore, Kind: "end", At: at(to), Valid: at(to + 1000)},
-		}
-	}
-	change := func(n, from, to int) []record {
-		return []record{
-			{Key: historySemaphore, Kind: "limit-call", Limit: n, At: at(from)},
-			{Key: historySemaphore, Kind: "limit", Limit: n, Since: at(from), At: at(to)},
-		}
-	}
-	term := func(w int, fence uint64, from, to int) []record {
-		return []record{{W: w, Key: historyElection, Kind: "begin", Fence: fence, At: at(from)}, {W: w, Key: historyElection, Kind: "end", Fence: fence, At: at(to), Valid: at(to + 1000)}}
-	}
-	for _, tc := range []struct {
-		name string
-		recs [][]record
-		want int
-	}{
-		{"two of 2", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 200, 300)}, 0},
-		{"three of 2", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300)}, 1},
-		{"four of 4", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300), permitRecs(3, 0, 5, 40, 300)}, 0},
-		{"five of 4", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), permitRecs(2, 0, 5, 30, 300), permitRecs(3, 0, 5, 40, 300), permitRecs(3, 1, 5, 50, 300)}, 1},
-		{"asked before the raise", [][]record{change(2, 0, 1), permitRecs(0, 0, 5, 10, 100), permitRecs(1, 0, 5, 20, 100), change(4, 30, 31), permitRecs(2, 0, 25, 40, 300)}, 0},
-		{"new ones over the lowered limit", [][]record{change(4, 0, 1), permitRecs(0, 0, 5, 10, 500), change(2, 30, 31), permitRecs(1, 0, 40, 50, 500), permitRecs(2, 0, 40, 60, 500)}, 1},
-		{"leaders overlap", [][]record{term(0, 1, 0, 100), term(1, 2, 50, 150)}, 1},
-		{"asking candidate next", [][]record{term(0, 1, 0, 100), {{W: 1, Key: historyElection, Kind: "request", At: at(50)}}, term(1, 2, 110, 150)}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &historyRun{t: t, ttl: time.Second, paused: map[int][]fault{}, killed: map[int][]time.Time{}}
-			for _, rs := range tc.recs {
-				h.recs = append(h.recs, rs...)
-			}
-			var found []string
-			sum := h.check(func(format string, args ...any) { found = append(found, fmt.Sprintf(format, args...)) })
-			t.Log(sum, found)
-			if want := fmt.Sprintf("violations %d", tc.want); !strings.HasSuffix(sum, want) {
-				t.Errorf("%s: want %s", sum, want)
-			}
-			if tc.name == "asking candidate next" && !strings.Contains(sum, "led next 1 times") {
-				t.Errorf("%s: the asking candidate led next", sum)
-			}
-		})
-	}
 }

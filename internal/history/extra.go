@@ -1,7 +1,7 @@
-package dlock_test
+package history
 
 // The history checker's other scenarios, run by each worker beside its
-// lock (when $DLOCK_HISTORY_EXTRA=1, in TestHistory's exclusive runs),
+// lock (when $DLOCK_HISTORY_EXTRA=1, in Test's exclusive runs),
 // under the same faults: an election whose waiting candidates ask for the
 // leadership (RequestLeadership) and whose leaders resign when asked, and
 // a semaphore whose limit worker 0 changes (SetLimit) while the others
@@ -32,7 +32,7 @@ const (
 
 // historyExtra runs a worker's election and semaphore scenarios on l until
 // stop closes; each records with emit, marked with its key.
-func historyExtra(w int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(record)) (wait func()) {
+func historyExtra(w int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(Record)) (wait func()) {
 	var wg sync.WaitGroup
 	run := func(f func()) {
 		wg.Add(1)
@@ -65,10 +65,10 @@ func stopped(stop <-chan struct{}) bool {
 // (RequestLeadership: a "request" record once a leader was asked); as the
 // leader it works a while and resigns (Release) at the end of the work, at
 // a request (Asked: its "end" record says so) or when Lost closed.
-func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(record)) {
+func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(Record)) {
 	rnd := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 	for !stopped(stop) {
-		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+		ctx, cancel := context.WithTimeout(context.Background(), AcquireTimeout)
 		since := time.Now()
 		asked := make(chan struct{})
 		if rnd.IntN(3) == 0 {
@@ -83,19 +83,19 @@ func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan str
 		returned := time.Now() // before the asking goroutine ends, which may take a node's timeout
 		cancel()
 		<-asked
-		r := record{Key: historyElection, Kind: "attempt", Since: since.UnixNano(), At: returned.UnixNano()}
+		r := Record{Key: historyElection, Kind: "attempt", Since: since.UnixNano(), At: returned.UnixNano()}
 		if err != nil {
-			r.Err = errClass(err)
+			r.Err = ErrClass(err)
 			emit(r)
 			continue
 		}
 		emit(r)
-		emit(record{Key: historyElection, Kind: "begin", Fence: k.Fence(), At: returned.UnixNano()})
+		emit(Record{Key: historyElection, Kind: "begin", Fence: k.Fence(), At: returned.UnixNano()})
 		work := time.Duration(50+rnd.IntN(400)) * time.Millisecond
 		if rnd.IntN(10) == 0 {
 			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))
 		}
-		end := holdFor(k, work, true)
+		end := HoldFor(k, work, true)
 		end.Key = historyElection
 		emit(end)
 		_ = k.Release(context.Background())
@@ -104,7 +104,7 @@ func historyCandidate(w int, l *dlock.Locker, ttl time.Duration, stop <-chan str
 
 // historyAsk asks for the leadership once the Campaign of l waits: it
 // tries until ctx ends or a leader was asked.
-func historyAsk(ctx context.Context, w int, l *dlock.Locker, emit func(record)) {
+func historyAsk(ctx context.Context, w int, l *dlock.Locker, emit func(Record)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,7 +113,7 @@ func historyAsk(ctx context.Context, w int, l *dlock.Locker, emit func(record)) 
 		}
 		err := l.RequestLeadership(ctx, historyElection, "hand over")
 		if err == nil {
-			emit(record{Key: historyElection, Kind: "request", At: time.Now().UnixNano()})
+			emit(Record{Key: historyElection, Kind: "request", At: time.Now().UnixNano()})
 			return
 		}
 		if errors.Is(err, dlock.ErrNotHeld) {
@@ -124,21 +124,21 @@ func historyAsk(ctx context.Context, w int, l *dlock.Locker, emit func(record)) 
 
 // historyPermits takes permits of the semaphore, with the fleet's limit,
 // and releases them, again and again.
-func historyPermits(w, g int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(record)) {
+func historyPermits(w, g int, l *dlock.Locker, ttl time.Duration, stop <-chan struct{}, emit func(Record)) {
 	rnd := rand.New(rand.NewPCG(uint64(w*10+g), uint64(time.Now().UnixNano())))
 	for !stopped(stop) {
-		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+		ctx, cancel := context.WithTimeout(context.Background(), AcquireTimeout)
 		since := time.Now()
 		k, err := l.Acquire(ctx, historySemaphore, dlock.WithLimit(historyLimit), dlock.WithTTL(ttl))
 		cancel()
-		r := record{Key: historySemaphore, G: g, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
+		r := Record{Key: historySemaphore, G: g, Kind: "attempt", Since: since.UnixNano(), At: time.Now().UnixNano()}
 		if err != nil {
-			r.Err = errClass(err)
+			r.Err = ErrClass(err)
 			emit(r)
 			continue
 		}
 		emit(r)
-		emit(record{Key: historySemaphore, G: g, Kind: "begin", Fence: k.Fence(), Since: since.UnixNano(), At: time.Now().UnixNano()})
+		emit(Record{Key: historySemaphore, G: g, Kind: "begin", Fence: k.Fence(), Since: since.UnixNano(), At: time.Now().UnixNano()})
 		work := time.Duration(10+rnd.IntN(60)) * time.Millisecond
 		if rnd.IntN(10) == 0 {
 			work = ttl/2 + time.Duration(rnd.Int64N(int64(2*ttl)))
@@ -150,7 +150,7 @@ func historyPermits(w, g int, l *dlock.Locker, ttl time.Duration, stop <-chan st
 			lost = true
 		}
 		now := time.Now()
-		emit(record{Key: historySemaphore, G: g, Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil())})
+		emit(Record{Key: historySemaphore, G: g, Kind: "end", Fence: k.Fence(), At: now.UnixNano(), Lost: lost, Valid: recordedValid(now, k.ValidUntil())})
 		_ = k.Release(context.Background())
 	}
 }
@@ -158,7 +158,7 @@ func historyPermits(w, g int, l *dlock.Locker, ttl time.Duration, stop <-chan st
 // historyChanger changes the semaphore's limit, historyLimit →
 // historyRaised → historyLimit …, every 200 to 700ms: a "limit-call"
 // record before each SetLimit, a "limit" record (with its error) after.
-func historyChanger(l *dlock.Locker, stop <-chan struct{}, emit func(record)) {
+func historyChanger(l *dlock.Locker, stop <-chan struct{}, emit func(Record)) {
 	rnd := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
 	n := historyRaised
 	for {
@@ -167,14 +167,14 @@ func historyChanger(l *dlock.Locker, stop <-chan struct{}, emit func(record)) {
 			return
 		case <-time.After(time.Duration(200+rnd.IntN(500)) * time.Millisecond):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), historyAcquire)
+		ctx, cancel := context.WithTimeout(context.Background(), AcquireTimeout)
 		since := time.Now()
-		emit(record{Key: historySemaphore, Kind: "limit-call", Limit: n, At: since.UnixNano()})
+		emit(Record{Key: historySemaphore, Kind: "limit-call", Limit: n, At: since.UnixNano()})
 		err := l.SetLimit(ctx, historySemaphore, n)
 		cancel()
-		r := record{Key: historySemaphore, Kind: "limit", Limit: n, Since: since.UnixNano(), At: time.Now().UnixNano()}
+		r := Record{Key: historySemaphore, Kind: "limit", Limit: n, Since: since.UnixNano(), At: time.Now().UnixNano()}
 		if err != nil {
-			r.Err = "setlimit: " + errClass(err)
+			r.Err = "setlimit: " + ErrClass(err)
 			if errors.Is(err, dlock.ErrNotHeld) {
 				r.Err = "setlimit: not held"
 			}

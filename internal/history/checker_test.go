@@ -1,36 +1,43 @@
-package dlock_test
+package history
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 )
 
 // TestHistoryCheckerRefusedRenewal: worker A holds
 // the lock; its key is taken from under it (standing in for any exclusion
 // bug) and worker B acquires while A's guaranteed validity still runs. A's
 // next renewal is refused, so A's ValidUntil becomes the zero time, and the
-// worker's "end" record (computed exactly as historyWorker does) puts A's
+// worker's "end" record (computed exactly as Worker does) puts A's
 // section end ~292 years in the past: the checker reports no overlap.
 func TestHistoryCheckerRefusedRenewal(t *testing.T) {
-	la, _, c := single(t)
-	lb := newLocker(t, c)
+	s := dlocktest.Start(t)
+	c := s.Client()
+	t.Cleanup(func() { c.Close() })
+	la, lb := dlock.New(c), dlock.New(c)
+	t.Cleanup(func() {
+		la.Close()
+		lb.Close()
+	})
+	ctx := context.Background()
 	ttl := time.Second
-	a, err := la.TryAcquire(ctx(t), historyKey, dlock.WithTTL(ttl))
+	a, err := la.TryAcquire(ctx, historyKey, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
 	aBegin := time.Now()
 	guaranteed := a.ValidUntil()
 	// The bug being simulated: A's key disappears while A holds it.
-	if err := c.Del(ctx(t), "dlock:{"+historyKey+"}").Err(); err != nil {
+	if err := c.Del(ctx, "dlock:{"+historyKey+"}").Err(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := lb.TryAcquire(ctx(t), historyKey, dlock.WithTTL(ttl))
+	b, err := lb.TryAcquire(ctx, historyKey, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +52,12 @@ func TestHistoryCheckerRefusedRenewal(t *testing.T) {
 		t.Fatal("A not lost")
 	}
 	now := time.Now()
-	valid := time.Unix(0, recordedValid(now, a.ValidUntil())) // as historyWorker records it
+	valid := time.Unix(0, recordedValid(now, a.ValidUntil())) // as Worker records it
 	t.Logf("A: validity was %v after begin; after the refused renewal ValidUntil=%v; recorded Valid=%d",
 		guaranteed.Sub(aBegin), a.ValidUntil(), valid.UnixNano())
 	_ = b.Release(context.Background())
 	h := &historyRun{t: t, ttl: ttl, paused: map[int][]fault{}, killed: map[int][]time.Time{}}
-	h.recs = []record{
+	h.recs = []Record{
 		{W: 0, Kind: "begin", Fence: a.Fence(), At: aBegin.UnixNano()},
 		{W: 1, Kind: "begin", Fence: b.Fence(), At: bBegin.UnixNano()},
 		{W: 1, Kind: "end", Fence: b.Fence(), At: bBegin.Add(10 * time.Millisecond).UnixNano(), Valid: bBegin.Add(900 * time.Millisecond).UnixNano()},
@@ -63,7 +70,6 @@ func TestHistoryCheckerRefusedRenewal(t *testing.T) {
 		t.Errorf("the checker found no overlap, but B began %v before the end of A's guaranteed ownership",
 			guaranteed.Sub(bBegin).Round(time.Millisecond))
 	}
-	_ = errors.Is
 }
 
 // TestHistoryCheckerPausesAndKills: two made-up histories with a real
@@ -74,7 +80,7 @@ func TestHistoryCheckerPausesAndKills(t *testing.T) {
 	tm := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
 	for _, tc := range []struct {
 		name   string
-		recs   []record
+		recs   []Record
 		paused map[int][]fault
 		killed map[int][]time.Time
 	}{
@@ -84,7 +90,7 @@ func TestHistoryCheckerPausesAndKills(t *testing.T) {
 			// at 700ms, does the test pause worker 0 (for 1.5s). The pause
 			// excuses the whole overlap, also the 300ms before it began.
 			name: "pause that began after the overlap began",
-			recs: []record{
+			recs: []Record{
 				{W: 0, Kind: "begin", Fence: 1, At: at(0)},
 				{W: 1, Kind: "begin", Fence: 2, At: at(400)},
 				{W: 1, Kind: "end", Fence: 2, At: at(410), Valid: at(1400)},
@@ -99,7 +105,7 @@ func TestHistoryCheckerPausesAndKills(t *testing.T) {
 			// its new begin overwrites open[0], and the killed section is
 			// never checked.
 			name: "killed holder's section dropped when its worker begins again",
-			recs: []record{
+			recs: []Record{
 				{W: 0, Kind: "begin", Fence: 1, At: at(0)},
 				{W: 1, Kind: "begin", Fence: 2, At: at(100)},
 				{W: 1, Kind: "end", Fence: 2, At: at(200), Valid: at(1100)},
