@@ -30,7 +30,7 @@ func TestHistory(t *testing.T) {
 	// checks are of safety and of what is left once its workers stopped,
 	// which load does not change.
 	t.Parallel()
-	history.Test(t, 30*time.Second)
+	history.Test(t, 30*time.Second, false)
 }
 
 // single starts a redis-server for the test and returns a Locker on it.

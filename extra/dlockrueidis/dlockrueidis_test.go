@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -14,9 +15,13 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/extra/dlockrueidis"
 	"github.com/dlock-dev/dlock/internal/contract"
+	"github.com/dlock-dev/dlock/internal/history"
 )
 
 func TestMain(m *testing.M) {
+	if history.IsWorker() {
+		os.Exit(history.Worker(historyLockers)) // a worker process of TestHistory
+	}
 	code := m.Run()
 	if code == 0 {
 		// A rueidis Cluster client closes the connections that a refresh
@@ -89,6 +94,52 @@ var topologies = []contract.Topology{
 // TestContract runs dlock's contract suite (internal/contract, which the
 // core runs on go-redis) through rueidis clients, on each topology.
 func TestContract(t *testing.T) { contract.Run(t, topologies) }
+
+// TestHistory runs dlock's history checker (internal/history, which the
+// core runs on go-redis) through rueidis clients: worker processes under a
+// seeded schedule of faults, on one Redis and a 5-node Redlock, two at
+// once, 5s each unless $DLOCK_HISTORY_DURATION says otherwise.
+func TestHistory(t *testing.T) { history.Test(t, 5*time.Second, true) }
+
+// historyLockers are a history worker's Lockers (history.Lockers) on
+// rueidis clients. A client is made again until its server answers (a
+// worker restarted after a kill can meet a server that is down or cut
+// off): rueidis.NewClient connects at once.
+func historyLockers(addrs []string) (l, adopter *dlock.Locker, closeAll func(), err error) {
+	var clients []rueidis.Client
+	closeAll = func() {
+		for _, x := range []*dlock.Locker{l, adopter} {
+			if x != nil {
+				x.Close()
+			}
+		}
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	var mine, adopters []rueidis.Client
+	for _, a := range append(addrs, addrs...) {
+		var c rueidis.Client
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if c, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}}); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			return nil, nil, closeAll, err
+		}
+		clients = append(clients, c)
+		if len(mine) < len(addrs) {
+			mine = append(mine, c)
+		} else {
+			adopters = append(adopters, c)
+		}
+	}
+	if l, err = dlockrueidis.NewRedlock(mine); err == nil {
+		adopter, err = dlockrueidis.NewRedlock(adopters)
+	}
+	return l, adopter, closeAll, err
+}
 
 // TestNewRedlockRefuses: no client, a nil client, the same client twice.
 func TestNewRedlockRefuses(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
@@ -16,9 +17,13 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/extra/dlockvalkey"
 	"github.com/dlock-dev/dlock/internal/contract"
+	"github.com/dlock-dev/dlock/internal/history"
 )
 
 func TestMain(m *testing.M) {
+	if history.IsWorker() {
+		os.Exit(history.Worker(historyLockers)) // a worker process of TestHistory
+	}
 	code := m.Run()
 	if code == 0 {
 		// A valkey Cluster client closes the connections that a refresh
@@ -91,6 +96,52 @@ var topologies = []contract.Topology{
 // TestContract runs dlock's contract suite (internal/contract, which the
 // core runs on go-redis) through valkey-go clients, on each topology.
 func TestContract(t *testing.T) { contract.Run(t, topologies) }
+
+// TestHistory runs dlock's history checker (internal/history, which the
+// core runs on go-redis) through valkey-go clients: worker processes under a
+// seeded schedule of faults, on one Redis and a 5-node Redlock, two at
+// once, 5s each unless $DLOCK_HISTORY_DURATION says otherwise.
+func TestHistory(t *testing.T) { history.Test(t, 5*time.Second, true) }
+
+// historyLockers are a history worker's Lockers (history.Lockers) on
+// valkey-go clients. A client is made again until its server answers (a
+// worker restarted after a kill can meet a server that is down or cut
+// off): valkey.NewClient connects at once.
+func historyLockers(addrs []string) (l, adopter *dlock.Locker, closeAll func(), err error) {
+	var clients []valkey.Client
+	closeAll = func() {
+		for _, x := range []*dlock.Locker{l, adopter} {
+			if x != nil {
+				x.Close()
+			}
+		}
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	var mine, adopters []valkey.Client
+	for _, a := range append(addrs, addrs...) {
+		var c valkey.Client
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if c, err = valkey.NewClient(valkey.ClientOption{InitAddress: []string{a}}); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			return nil, nil, closeAll, err
+		}
+		clients = append(clients, c)
+		if len(mine) < len(addrs) {
+			mine = append(mine, c)
+		} else {
+			adopters = append(adopters, c)
+		}
+	}
+	if l, err = dlockvalkey.NewRedlock(mine); err == nil {
+		adopter, err = dlockvalkey.NewRedlock(adopters)
+	}
+	return l, adopter, closeAll, err
+}
 
 // TestNewRedlockRefuses: no client, a nil client, the same client twice.
 func TestNewRedlockRefuses(t *testing.T) {

@@ -232,9 +232,10 @@ func (h *historyRun) restart(i int, empty bool) {
 // each for $DLOCK_HISTORY_DURATION (default: duration), with seed
 // $DLOCK_HISTORY_SEED (default random, printed); then the read-write
 // scenario (two acquisitions in three shared) on each, for a third as
-// long. Its workers are the test binary itself, started again: its
-// TestMain must run Worker when IsWorker.
-func Test(t *testing.T, duration time.Duration) {
+// long; with parallel, two or more of the four at once (as many as
+// -parallel lets run). Its workers are the test binary itself, started
+// again: its TestMain must run Worker when IsWorker.
+func Test(t *testing.T, duration time.Duration, parallel bool) {
 	if d, err := time.ParseDuration(os.Getenv("DLOCK_HISTORY_DURATION")); err == nil {
 		duration = d
 	}
@@ -249,6 +250,9 @@ func Test(t *testing.T, duration time.Duration) {
 				name, d = name+", read-write", duration/3
 			}
 			t.Run(name, func(t *testing.T) {
+				if parallel {
+					t.Parallel()
+				}
 				runHistory(t, nodes, 4, d, seed+uint64(nodes), rw)
 			})
 		}
