@@ -29,6 +29,7 @@ var checks = []struct {
 }{
 	{"exclusion", exclusion},
 	{"waiting", waiting},
+	{"renewal", renewal},
 	{"lost", lost},
 	{"semaphore", semaphore},
 	{"shared", shared},
@@ -131,6 +132,36 @@ func waiting(t *testing.T, a, b *dlock.Locker) {
 	case <-time.After(10 * time.Second): // the TTL is 20s: only a wake-up is this quick
 		t.Fatal("the waiter was not woken by the release")
 	}
+}
+
+// renewal: a lock is renewed while it is held: after three of its TTLs it
+// is still held and not lost; its release frees it.
+func renewal(t *testing.T, a, b *dlock.Locker) {
+	const ttl = 500 * time.Millisecond
+	k, err := a.TryAcquire(ctx(t), "renewal", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost():
+		t.Fatal("a held lock was reported lost")
+	case <-time.After(3 * ttl):
+	}
+	if _, err := b.TryAcquire(ctx(t), "renewal"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a lock held three TTLs: %v, want ErrNotAcquired", err)
+	}
+	// (On a Redlock, Status's fence is the largest of the nodes'.)
+	if st, err := b.Status(ctx(t), "renewal"); err != nil || !st.Held || st.Fence < k.Fence() {
+		t.Errorf("Status of a renewed lock: %+v, %v; want held, fence %d or more", st, err, k.Fence())
+	}
+	if err := k.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := b.TryAcquire(ctx(t), "renewal")
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	_ = k2.Release(ctx(t))
 }
 
 // lost: a lock deleted under its holder (ForceRelease) is reported Lost
