@@ -16,7 +16,8 @@ build:
 # without the race detector (which costs go-redis a few allocations), with
 # its real limit; and every module under extra/, and examples/ (each its
 # own go.mod), is vetted and tested the same way (allocation checks without
-# -race); examples/' test runs each program against a redis-server.
+# -race), three modules at once (tools/testmodules.sh); examples/' test
+# runs each program against a redis-server.
 # The history check runs 20s per topology in the first pass (make history
 # runs it for as long as asked). The root package's tests also run against
 # the newest go-redis v9
@@ -42,12 +43,7 @@ test: redis
 		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect|TestShardedFrozenMasterResumes|TestDetachAdopt|TestSetLimitExclusion|TestSetLimitGrace|TestProclaim|TestServerFrozenUnderLoad|TestLinearizableLock)$$' . ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
-	@for m in extra/*/go.mod examples/go.mod; do \
-		[ -f "$$m" ] || continue; \
-		d=$$(dirname "$$m"); echo "== $$d"; \
-		(cd "$$d" && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
-			if grep -rqs AllocsPerRun --include='*_test.go' .; then $(GO) test -count=1 -run Alloc ./...; fi) || exit 1; \
-	done
+	GO=$(GO) ./tools/testmodules.sh
 
 # The library alone (the root package, fenced, dlocktest, internal/...),
 # vetted and tested under the race detector once, against the go-redis of
