@@ -578,13 +578,17 @@ type Missing struct {
 // has elapsed or ctx has ended. It also returns the nodes whose missing
 // answer is part of the outcome: all unanswered nodes when the round ran out
 // of time (or ctx ended), only the suspect ones when done decided early
-// (a node that was merely slower than the decision is not listed). done is called after each result (and once before any), on
-// the caller's goroutine, with the results so far and the number of nodes
-// that have not answered yet and are suspect (they recently left a round
-// unanswered: a frozen or partitioned node), which the caller may count as
-// failed so as not to wait for them. Results that arrive after Fanout
+// (a node that was merely slower than the decision is not listed). done is
+// called after each result (and once before any), on the caller's
+// goroutine, with the results so far and the number of nodes that have not
+// answered yet and are suspect (they recently left a round unanswered: a
+// frozen or partitioned node), which the caller may count as failed so as
+// not to wait for them. Results that arrive after Fanout
 // returned are passed to late (on another goroutine), if late is not nil.
-// With one node, fn runs through Call without the fan-out machinery.
+// fn's context ends at the round's deadline, not when ctx is cancelled
+// after the calls began: a command sent runs anyway, and late learns its
+// answer. With one node, fn runs through Call without the fan-out
+// machinery.
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 	fn Runner[T],
 	done func(results []Result[T], suspects int) bool,
@@ -600,6 +604,34 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
+	// The calls' context has the round's deadline, and the caller's
+	// cancellation only if it came before they were sent: once sent, a
+	// command runs whatever the caller does next, and its answer, however
+	// late, tells what it did. A client that ends a call as soon as its
+	// context ends (the other client families) would otherwise lose the
+	// answers of the nodes that a round decided without whenever the caller
+	// cancels as the round returns (defer cancel()): their effect would stay
+	// unknown, to be cleaned up, and a Release would wait for them.
+	// The calls' context ends after the round's (so that a call cut short
+	// by the deadline is reported as timed out, never as an answer), at
+	// once if the round's deadline passed, else at that deadline.
+	callCtx := ctx
+	if ctx.Err() == nil {
+		var cancelCalls context.CancelFunc
+		callCtx, cancelCalls = context.WithCancel(context.WithoutCancel(ctx))
+		context.AfterFunc(ctx, func() {
+			if d := time.Until(deadline); d > 0 {
+				time.AfterFunc(d, cancelCalls)
+				return
+			}
+			cancelCalls()
+		})
+		cancelRound := cancel
+		cancel = func() {
+			cancelRound()
+			cancelCalls()
+		}
+	}
 	ch := make(chan Result[T], len(nodes))
 	answeredNode := make([]bool, len(nodes))
 	suspectBefore := make([]bool, len(nodes))
@@ -610,7 +642,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			suspectBefore[i] = true
 		}
 		n.run(func() {
-			v, err := fn.Run(ctx, i, n.workerConn)
+			v, err := fn.Run(callCtx, i, n.workerConn)
 			nodes[i].answered(err)
 			nodes[i].failed(err)
 			ch <- Result[T]{Node: i, Val: v, Err: err}
