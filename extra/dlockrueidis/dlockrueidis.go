@@ -126,25 +126,48 @@ func (c *client) Describe() node.Description { return c.desc }
 type conn struct{ c rueidis.Client }
 
 // build makes args a rueidis command, its keys where dlock puts them (see
-// node.Conn), so that a Cluster client routes it by its first key.
+// node.Conn), so that a Cluster client routes it by its first key. The
+// builder copies each string into its own pooled command: no slice of
+// strings is made on the way, and the command's name is sent in upper case
+// (which the builder checks without a copy then).
 func build(b rueidis.Builder, args []any) rueidis.Completed {
-	s := make([]string, len(args))
-	for i, a := range args {
-		s[i] = str(a)
-	}
-	switch strings.ToLower(s[0]) {
-	case "evalsha", "eval":
-		if n, err := strconv.Atoi(s[2]); err == nil && n > 0 && 3+n <= len(s) {
-			return b.Arbitrary(s[:3]...).Keys(s[3 : 3+n]...).Args(s[3+n:]...).Build()
+	name := upper(str(args[0]))
+	c, rest := b.Arbitrary(name), args[1:]
+	switch name {
+	case "EVALSHA", "EVAL":
+		if len(args) < 3 {
+			break
 		}
-	case "info", "wait", "ping":
-		return b.Arbitrary(s...).Build()
+		numKeys := str(args[2])
+		if n, err := strconv.Atoi(numKeys); err == nil && n > 0 && 3+n <= len(args) {
+			c = c.Args(str(args[1]), numKeys)
+			for _, k := range args[3 : 3+n] {
+				c = c.Keys(str(k))
+			}
+			rest = args[3+n:]
+		}
+	case "INFO", "WAIT", "PING":
 	default:
-		if len(s) > 1 {
-			return b.Arbitrary(s[0]).Keys(s[1]).Args(s[2:]...).Build()
+		if len(args) > 1 {
+			c, rest = c.Keys(str(args[1])), args[2:]
 		}
 	}
-	return b.Arbitrary(s...).Build()
+	for _, a := range rest {
+		c = c.Args(str(a))
+	}
+	return c.Build()
+}
+
+// upper is a command's name in upper case (dlock's scripts' without a
+// copy).
+func upper(name string) string {
+	switch name {
+	case "evalsha":
+		return "EVALSHA"
+	case "eval":
+		return "EVAL"
+	}
+	return strings.ToUpper(name)
 }
 
 func str(a any) string {

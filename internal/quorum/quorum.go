@@ -508,7 +508,7 @@ func (f RunFunc[T]) Run(ctx context.Context, i int, c node.Conn) (T, error) {
 func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn Runner[T], late Late[T]) (r Result[T], answered, inline bool) {
 	r.Node = i
 	c := n.inline(ctx, timeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := bound(ctx, timeout)
 	if c != nil {
 		defer cancel()
 		r.Val, r.Err = fn.Run(ctx, i, c)
@@ -548,6 +548,20 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 	}
 	return r, false, false
 }
+
+// bound is ctx with timeout, as context.WithTimeout makes it; when ctx's
+// own deadline comes no later, it is ctx itself, with a cancel that does
+// nothing: the call ends at the same instant, with the same error, without
+// a timer of its own. (Call cancels its context only once fn has returned
+// or ctx has ended, so that a cancel that does nothing changes nothing.)
+func bound(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && !d.After(time.Now().Add(timeout)) {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+func noCancel() {}
 
 // isTimeout reports whether err is a socket deadline that passed: the call
 // got no answer in time.

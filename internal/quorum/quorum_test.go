@@ -209,3 +209,67 @@ func TestAgreed(t *testing.T) {
 		}
 	}
 }
+
+// familyClient is a node.Client of another family than go-redis, for the
+// calls that run inline with it (they never send a command here).
+type familyClient struct{}
+
+func (familyClient) Conn() node.Conn            { return familyConn{} }
+func (familyClient) NewPubSub() node.PubSub     { return nil }
+func (familyClient) Describe() node.Description { return node.Description{Addr: "family"} }
+
+type familyConn struct{}
+
+func (familyConn) Do(context.Context, ...any) (any, error) { panic("not sent") }
+func (familyConn) DoMulti(context.Context, ...[]any) []node.Result {
+	panic("not sent")
+}
+func (familyConn) DoWait(context.Context, []any, int, int64) (cmd, wait node.Result) {
+	panic("not sent")
+}
+
+// TestCallSoonerDeadline: a call whose caller's deadline comes before its
+// timeout runs with the caller's context itself (no timer of its own), and
+// ends at that deadline, unanswered, inline or on a worker; with a later
+// deadline, the call's own timeout bounds it.
+func TestCallSoonerDeadline(t *testing.T) {
+	family := NewNodeOf(familyClient{}, "family") // inline up to MaxInline
+	t.Cleanup(family.Close)
+	worker := nodes(t, 1)[0] // no client: every call on a worker
+	for _, n := range []*Node{family, worker} {
+		for _, sooner := range []bool{true, false} {
+			callerTimeout, timeout := 50*time.Millisecond, MaxInline
+			if !sooner {
+				callerTimeout, timeout = time.Minute, 50*time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), callerTimeout)
+			release := make(chan struct{})
+			got := make(chan context.Context, 1)
+			start := time.Now()
+			_, err, answered, inline := Call(ctx, n, timeout, func(c context.Context, _ node.Conn) (int, error) {
+				got <- c
+				if n == worker {
+					<-release // an answer after the deadline: late
+					return 1, nil
+				}
+				<-c.Done()
+				return 0, c.Err()
+			}, nil)
+			close(release)
+			cancel()
+			c := <-got
+			if answered || !errors.Is(err, context.DeadlineExceeded) || inline != (n == family) {
+				t.Errorf("%s, sooner %v: answered %v, inline %v, err %v; want a deadline", n.Addr, sooner, answered, inline, err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("%s, sooner %v: the call took %v", n.Addr, sooner, d)
+			}
+			if sooner && c != ctx {
+				t.Errorf("%s: the call ran with a context of its own, not the caller's (whose deadline is sooner)", n.Addr)
+			}
+			if d, ok := c.Deadline(); !sooner && (!ok || d.After(start.Add(time.Second))) {
+				t.Errorf("%s: the call's deadline is %v, want its timeout's", n.Addr, d)
+			}
+		}
+	}
+}
