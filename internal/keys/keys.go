@@ -155,16 +155,22 @@ func Make(prefix, key string) *Names {
 	return n
 }
 
-// cacheSize is the number of slots of a Cache: a key locked again soon (a
-// job's lock, taken every run) is not named again.
-const cacheSize = 64
+// cacheSets is the number of sets of a Cache, of cacheWays names each: a
+// key locked again soon (a job's lock, taken every run; each of a few
+// hundred hot keys) is not named again.
+const (
+	cacheSets = 256
+	cacheWays = 2
+)
 
-// A Cache keeps the names of recently used keys under one prefix, a slot
-// per key's hash. It is safe for concurrent use.
+// A Cache keeps the names of recently used keys under one prefix: a set
+// per key's hash, whose most recently named key is first. It is safe for
+// concurrent use (a race between two misses of one set only costs a name
+// made again).
 type Cache struct {
 	prefix string
 	seed   maphash.Seed
-	recent [cacheSize]atomic.Pointer[Names]
+	recent [cacheSets][cacheWays]atomic.Pointer[Names]
 }
 
 // NewCache returns an empty cache of the names under prefix.
@@ -173,12 +179,17 @@ func NewCache(prefix string) *Cache { return &Cache{prefix: prefix, seed: maphas
 // Get returns the names of key's Redis keys, from the cache if key was used
 // recently.
 func (c *Cache) Get(key string) *Names {
-	slot := &c.recent[maphash.String(c.seed, key)%cacheSize]
-	if n := slot.Load(); n != nil && n.Key == key {
-		return n
+	set := &c.recent[maphash.String(c.seed, key)%cacheSets]
+	for i := range set {
+		if n := set[i].Load(); n != nil && n.Key == key {
+			return n
+		}
 	}
 	n := Make(c.prefix, key)
-	slot.Store(n)
+	for i := len(set) - 1; i > 0; i-- {
+		set[i].Store(set[i-1].Load())
+	}
+	set[0].Store(n)
 	return n
 }
 

@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestMake: the names of a lock share its hash tag; a key that begins
 // with '}' or the escape gets the escape; the cache gives back the same
@@ -39,5 +42,25 @@ func TestSlotTags(t *testing.T) {
 		if len(tag) != 3 || Slot("x{"+tag+"}y") != s {
 			t.Fatalf("slot %d: tag %q is in slot %d", s, tag, Slot("x{"+tag+"}y"))
 		}
+	}
+}
+
+// TestCacheKeepsHotKeys: the names of a few dozen keys used in turn (a
+// service's hot locks) are made once, not again at every use.
+func TestCacheKeepsHotKeys(t *testing.T) {
+	c := NewCache("app:")
+	first := make(map[string]*Names)
+	for i := range 64 {
+		k := fmt.Sprint("job:", i)
+		first[k] = c.Get(k)
+	}
+	kept := 0
+	for k, n := range first {
+		if c.Get(k) == n {
+			kept++
+		}
+	}
+	if kept < 56 {
+		t.Errorf("%d of 64 keys' names kept, want at least 56", kept)
 	}
 }
