@@ -222,3 +222,31 @@ func TestFamilyTargets(t *testing.T) {
 		t.Errorf("dlock-rueidis's targets: %+v", got)
 	}
 }
+
+// maxRueidisAllocs is the most allocations one uncontended Acquire+Release
+// of dlock on a rueidis client may cost (go test without -race): 8 of them
+// are the two node calls' context.WithTimeout, 5 rueidis' reading of the
+// replies and their conversion.
+const maxRueidisAllocs = 22
+
+// TestDlockRueidisAllocs keeps the rueidis path's allocations in check, as
+// the root's TestAllocsPerAcquireRelease does go-redis'.
+func TestDlockRueidisAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	srv := startServer(t)
+	r := Allocs(DlockRueidisLibrary(), []string{srv.Addr})
+	if r.N == 0 {
+		t.Fatal("the benchmark failed")
+	}
+	limit := int64(maxRueidisAllocs)
+	if raceEnabled {
+		limit += 4 // the race detector's sync.Pool drops items at random
+	}
+	if r.AllocsPerOp > limit {
+		t.Errorf("%d allocations per Acquire+Release, want at most %d", r.AllocsPerOp, limit)
+	} else {
+		t.Logf("%d allocations per Acquire+Release (%d B)", r.AllocsPerOp, r.BytesPerOp)
+	}
+}
