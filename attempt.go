@@ -148,7 +148,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}}
 	switch cmd := &late.cmd; {
 	case regs == nil && cfg.plain():
-		cmd.lock = script.LockCommand(nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
+		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
 	case regs == nil:
 		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // the same for every node
 	}
@@ -201,6 +201,7 @@ type attemptCmd struct {
 	// (see AcquireArgs.Script) for every node, for another attempt that does
 	// not register.
 	lock, args []any
+	lockBuf    [script.LockCommandLen]any // lock's array
 }
 
 // run sends the attempt's command to node i: lock.lua for a plain lock that

@@ -181,16 +181,15 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	} else if k.metadata == "" {
 		shape = noMetadata
 	}
-	lean := shape == plainInRetention && !l.waitedBefore()
-	results, missing := quorum.Fanout(ctx, l.nodes, timeout,
-		quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
+	var run quorum.Runner[int64] = (*leanRelease)(k) // no allocation on the everyday path
+	if shape != plainInRetention || l.waitedBefore() {
+		run = quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
 			return l.whileSlotMoves(ctx, i, func() (int64, error) {
-				if lean {
-					return l.runUnlock(ctx, i, c, k.names, k.tokenArg)
-				}
 				return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, shape, false)
 			})
-		}),
+		})
+	}
+	results, missing := quorum.Fanout(ctx, l.nodes, timeout, run,
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
 			// would refuse an acquisition made right after Release.
@@ -215,6 +214,16 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	default:
 		return o.wrap(class, fmt.Sprintf("release %q: not confirmed%s, the key expires after its TTL", k.key, o.counts("confirmed")))
 	}
+}
+
+// leanRelease is a Lock as the Runner of its release round with
+// unlock.lua (runUnlock).
+type leanRelease Lock
+
+// Run releases the lock on node i with unlock.lua.
+func (r *leanRelease) Run(ctx context.Context, i int, c node.Conn) (int64, error) {
+	k := (*Lock)(r)
+	return k.l.whileSlotMoves(ctx, i, func() (int64, error) { return k.l.runUnlock(ctx, i, c, k.names, k.tokenArg) })
 }
 
 // runUnlock releases a plain lock on node i with unlock.lua, and with

@@ -227,7 +227,7 @@ func TestFamilyTargets(t *testing.T) {
 // of dlock on a rueidis client may cost (go test without -race): 8 of them
 // are the two node calls' context.WithTimeout, 5 rueidis' reading of the
 // replies and their conversion.
-const maxRueidisAllocs = 22
+const maxRueidisAllocs = 20
 
 // TestDlockRueidisAllocs keeps the rueidis path's allocations in check, as
 // the root's TestAllocsPerAcquireRelease does go-redis'.

@@ -71,3 +71,20 @@ func TestScriptKeysOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendLockCommand: lock.lua's command appended into an array of
+// LockCommandLen is LockCommand's, in that array.
+func TestAppendLockCommand(t *testing.T) {
+	n := keys.Make("p", "K")
+	var buf [LockCommandLen]any
+	got := AppendLockCommand(buf[:0], n.LockKeys(), "tok", "30000", "60000")
+	want := LockCommand(n.LockKeys(), "tok", "30000", "60000")
+	if len(got) != len(want) || &got[0] != &buf[0] {
+		t.Fatalf("AppendLockCommand: %v (its own array: %v), want %v in the caller's", got, &got[0] == &buf[0], want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("argument %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+}

@@ -203,6 +203,17 @@ func LockCommand(keys []any, token, ttl, life any) []any {
 	return Lock.command(keys, token, ttl, life)
 }
 
+// LockCommandLen is the length of lock.lua's command (LockCommand's).
+const LockCommandLen = 3 + 3 + 3
+
+// AppendLockCommand is LockCommand appended to dst (whose array the caller
+// may hold in a struct of its own: no allocation when it fits).
+func AppendLockCommand(dst []any, keys []any, token, ttl, life any) []any {
+	dst = append(dst, "evalsha", Lock.sha, Lock.numKeys)
+	dst = append(dst, keys...)
+	return append(dst, token, ttl, life)
+}
+
 // UnlockCommand is the command of unlock.lua with keys (the lock's
 // UnlockKeys) and token (see its header).
 func UnlockCommand(keys []any, token any) []any {
