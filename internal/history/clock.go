@@ -13,7 +13,7 @@ import (
 
 // The history checker's clock faults (make reliability, DLOCK_RELIABILITY=1,
 // where libfaketime must be installed): each server runs under libfaketime
-// (see clock_test.go), and a fault jumps one server's clock forward by 3s
+// (see the root package's clock_test.go), and a fault jumps one server's clock forward by 3s
 // (more than the checker's TTL: its keys expire at once), or steps it back
 // by 2s (more than the fence's floor, a second; a small step, since a step
 // back lengthens every key's life by as much). The checker counts an

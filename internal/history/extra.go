@@ -5,7 +5,7 @@ package history
 // under the same faults: an election whose waiting candidates ask for the
 // leadership (RequestLeadership) and whose leaders resign when asked, and
 // a semaphore whose limit worker 0 changes (SetLimit) while the others
-// hold permits. The checks are in history_extra_check_test.go.
+// hold permits. The checks are in extra_check.go.
 
 import (
 	"context"

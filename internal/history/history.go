@@ -81,7 +81,7 @@ func (h *historyRun) startWorker(w int) {
 	if h.rw {
 		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_RW=1")
 	} else {
-		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_EXTRA=1") // history_extra_test.go
+		cmd.Env = append(cmd.Env, "DLOCK_HISTORY_EXTRA=1") // extra.go
 	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -128,7 +128,7 @@ func (h *historyRun) inject() {
 	var kind string
 	kinds := 10
 	if h.clocks != nil {
-		kinds = 12 // and the clock faults (history_clock_test.go)
+		kinds = 12 // and the clock faults (clock.go)
 	}
 	switch k := h.rnd.IntN(kinds); k {
 	case 10, 11:

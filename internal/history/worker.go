@@ -37,7 +37,7 @@ type Record struct {
 	// end: the section went on under a lock that another Locker adopted
 	// (Detach, Adopt: see handOver).
 	Adopted bool `json:"adopted,omitempty"`
-	// The other scenarios' records (history_extra_test.go): the key
+	// The other scenarios' records (extra.go): the key
 	// ("": the lock's), the goroutine of a semaphore worker, the limit of a
 	// SetLimit, and that a leader resigned because it was asked.
 	Key   string `json:"key,omitempty"`

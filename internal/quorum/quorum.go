@@ -597,12 +597,11 @@ type Missing struct {
 // goroutine, with the results so far and the number of nodes that have not
 // answered yet and are suspect (they recently left a round unanswered: a
 // frozen or partitioned node), which the caller may count as failed so as
-// not to wait for them. Results that arrive after Fanout
-// returned are passed to late (on another goroutine), if late is not nil.
-// fn's context ends at the round's deadline, not when ctx is cancelled
-// after the calls began: a command sent runs anyway, and late learns its
-// answer. With one node, fn runs through Call without the fan-out
-// machinery.
+// not to wait for them. Results that arrive after Fanout returned are
+// passed to late (on another goroutine), if late is not nil. fn's context
+// ends at the round's deadline, not when ctx is cancelled after the calls
+// began: a command sent runs anyway, and late learns its answer. With one
+// node, fn runs through Call without the fan-out machinery.
 func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 	fn Runner[T],
 	done func(results []Result[T], suspects int) bool,
@@ -618,17 +617,16 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
-	// The calls' context has the round's deadline, and the caller's
-	// cancellation only if it came before they were sent: once sent, a
-	// command runs whatever the caller does next, and its answer, however
-	// late, tells what it did. A client that ends a call as soon as its
-	// context ends (the other client families) would otherwise lose the
+	// The calls' context ends at the round's deadline, and with the
+	// caller's cancellation only if it came before they were sent: once
+	// sent, a command runs whatever the caller does next, and its answer,
+	// however late, tells what it did. A client that ends a call as soon as
+	// its context ends (the other client families) would otherwise lose the
 	// answers of the nodes that a round decided without whenever the caller
 	// cancels as the round returns (defer cancel()): their effect would stay
-	// unknown, to be cleaned up, and a Release would wait for them.
-	// The calls' context ends after the round's (so that a call cut short
-	// by the deadline is reported as timed out, never as an answer), at
-	// once if the round's deadline passed, else at that deadline.
+	// unknown, to be cleaned up, and a Release would wait for them. It ends
+	// after the round's context, never before, so that a call cut short by
+	// the deadline is reported as timed out, never as an answer.
 	callCtx := ctx
 	if ctx.Err() == nil {
 		var cancelCalls context.CancelFunc
