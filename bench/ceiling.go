@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -33,63 +32,90 @@ func CeilingLibraries() []Library {
 	return []Library{
 		ceilingLibrary("dlock-scripts", false), ceilingLibrary("dlock-scripts", true),
 		ceilingLibrary("setnx-scripts", false), ceilingLibrary("setnx-scripts", true),
-		rueidisCeilingLibrary(),
+		rueidisCeilingLibrary("dlock-scripts"), rueidisCeilingLibrary("setnx-scripts"),
 	}
 }
 
-// rueidisCeilingLibrary is dlock's lock.lua and unlock.lua sent by a
-// rueidis client (its auto-pipelining: concurrent Do calls share a write),
-// through a node.Conn on rueidis that sends only Do: the prototype of
-// issue 35's client family, to tell what dlock on rueidis could reach.
-func rueidisCeilingLibrary() Library {
+// rueidisCeilingLibrary is a pair of scripts sent by a rueidis client (its
+// auto-pipelining: concurrent Do calls share a write) the way rueidislock
+// sends its own: rueidis.Lua's Exec (EVALSHA, EVAL after NOSCRIPT), keys
+// and arguments as strings, the reply read as it comes. dlock's lock.lua
+// and unlock.lua with the arguments dlock sends ("dlock-scripts-rueidis"),
+// or the SET NX scripts ("setnx-scripts-rueidis", as cheap as rueidislock's
+// own: SET NX then GET, GET then DEL): the same client code around both, so
+// that the two rows differ only by what the scripts do in Redis (issue 35:
+// what dlock on rueidis could reach with no library around its scripts).
+func rueidisCeilingLibrary(scripts string) Library {
+	name := scripts + "-rueidis"
+	note := "not a library: dlock's lock.lua and unlock.lua alone, as dlock sends them"
+	if scripts == "setnx-scripts" {
+		note = "not a library: SET NX PX, then GET and DEL, each a script (redislock's)"
+	}
 	return Library{
-		Name:    "dlock-scripts-rueidis",
+		Name:    name,
 		Ceiling: true,
-		Note:    "not a library: dlock's lock.lua and unlock.lua alone, as dlock sends them, through a default rueidis client (auto-pipelining)",
+		Note:    note + ", through a default rueidis client (auto-pipelining), sent as rueidislock sends its scripts",
 		New: func(addrs []string, sent *Counter) (Process, error) {
 			if len(addrs) != 1 {
-				return nil, errors.New("dlock-scripts-rueidis: one Redis only")
+				return nil, errors.New(name + ": one Redis only")
 			}
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
 			if err != nil {
 				return nil, err
 			}
-			return &scriptsProcess{dlock: true, conn: &rueidisConn{countingRueidis{Client: c, sent: sent}}, close: c.Close}, nil
+			p := &rueidisScripts{c: countingRueidis{Client: c, sent: sent}, dlock: scripts == "dlock-scripts"}
+			if p.dlock {
+				p.lock, p.unlock = rueidis.NewLuaScript(script.Lock.Source()), rueidis.NewLuaScript(script.Unlock.Source())
+			} else {
+				p.lock, p.unlock = rueidis.NewLuaScript(setnxAcquireSrc), rueidis.NewLuaScript(setnxReleaseSrc)
+			}
+			return p, nil
 		},
 	}
 }
 
-// rueidisConn is node.Conn's Do on rueidis, for the ceiling: a script's
-// keys are given to the builder, so that a Cluster client would route it.
-type rueidisConn struct{ c rueidis.Client }
-
-func (r *rueidisConn) Do(ctx context.Context, args ...any) (any, error) {
-	s := make([]string, len(args))
-	for i, a := range args {
-		s[i] = fmt.Sprint(a)
-	}
-	var cmd rueidis.Completed
-	if n, err := strconv.Atoi(s[2]); err == nil && (s[0] == "evalsha" || s[0] == "eval") {
-		cmd = r.c.B().Arbitrary(s[:3]...).Keys(s[3 : 3+n]...).Args(s[3+n:]...).Build()
-	} else {
-		cmd = r.c.B().Arbitrary(s...).Build()
-	}
-	v, err := r.c.Do(ctx, cmd).ToAny()
-	if rueidis.IsRedisNil(err) {
-		return nil, nil
-	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		return nil, &node.ReplyError{Msg: re.Error()}
-	}
-	return v, err
+type rueidisScripts struct {
+	c            countingRueidis
+	lock, unlock *rueidis.Lua
+	dlock        bool
 }
 
-func (r *rueidisConn) DoMulti(context.Context, ...[]any) []node.Result {
-	panic("the ceiling sends no pipeline")
+func (p *rueidisScripts) Lock(ctx context.Context, key string) (Held, error) {
+	if p.dlock {
+		nm := keys.Make("dlock:", key)
+		ks := nm.LockKeys()
+		r, err := p.lock.Exec(ctx, p.c, []string{ks[0].(string), ks[1].(string), ks[2].(string)},
+			[]string{scriptsToken, ceilingTTL, ceilingRetention}).ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if ok, _ := r[0].AsInt64(); len(r) < 2 || ok != 1 {
+			return nil, fmt.Errorf("%s: not free", key)
+		}
+		return rueidisScriptsHeld{p: p, keys: []string{nm.UnlockKeys()[0].(string), ks[0].(string)}}, nil
+	}
+	lock := "dlock:{" + key + "}"
+	if err := p.lock.Exec(ctx, p.c, []string{lock}, []string{scriptsToken, ceilingTTL}).Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("%s: not free", key)
+		}
+		return nil, err
+	}
+	return rueidisScriptsHeld{p: p, keys: []string{lock}}, nil
 }
 
-func (r *rueidisConn) DoWait(context.Context, []any, int, int64) (cmd, wait node.Result) {
-	panic("the ceiling sends no WAIT")
+type rueidisScriptsHeld struct {
+	p    *rueidisScripts
+	keys []string
+}
+
+func (h rueidisScriptsHeld) Unlock(ctx context.Context) error {
+	return h.p.unlock.Exec(ctx, h.p.c, h.keys, []string{scriptsToken}).Error()
+}
+
+func (p *rueidisScripts) Close() error {
+	p.c.Close()
+	return nil
 }
 
 func ceilingLibrary(scripts string, autopipeline bool) Library {
@@ -129,9 +155,13 @@ func ceilingLibrary(scripts string, autopipeline bool) Library {
 // setnxAcquire and setnxRelease are the scripts of a lock with no fence
 // and no queue.
 var (
-	setnxAcquire = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
-	setnxRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	setnxAcquire = redis.NewScript(setnxAcquireSrc)
+	setnxRelease = redis.NewScript(setnxReleaseSrc)
 )
+
+const setnxAcquireSrc = `return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`
+
+const setnxReleaseSrc = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 
 // dlock's arguments, as the library sends them for a lock of the default
 // TTL on one Redis: an Acquire that does not register as a waiter

@@ -1013,7 +1013,7 @@ func (r *Report) writeCeiling(w func(string, ...any)) {
 		return
 	}
 	w("## The ceiling: the scripts alone\n\n")
-	w("Not libraries: each library's scripts sent alone on free keys, in the uncontended scenarios' repetitions, with nothing around them (no lock object, no timer, no deadline). No library that sends dlock's scripts can go faster than the *dlock-scripts* rows; *setnx-scripts* are a lock's with no fence and no queue (redislock's). Ratios are medians of the ratios in each repetition.\n\n")
+	w("Not libraries: each library's scripts sent alone on free keys, in the uncontended scenarios' repetitions, with nothing around them (no lock object, no timer, no deadline). No library that sends dlock's scripts can go faster than the *dlock-scripts* rows; *setnx-scripts* are a lock's with no fence and no queue (redislock's, and as cheap in Redis as rueidislock's). The *-rueidis* rows send them as rueidislock sends its own, so that dlock-rueidis is measured against dlock's scripts and rueidislock-1key against a lock with no fence and no queue, on the same client. Ratios are medians of the ratios in each repetition.\n\n")
 	for _, l := range r.Ceilings {
 		w("- **%s**: %s\n", l.Name, l.Note)
 	}
@@ -1032,7 +1032,13 @@ func (r *Report) writeCeiling(w func(string, ...any)) {
 			t.add(u.g, l.Name, num(median(pick(u.runs, uname, l.Name, ops))),
 				fmt.Sprintf("%.2f", median(pick(u.runs, uname, l.Name, func(x UncontendedResult) float64 { return x.ScriptUsec }))), vs, "")
 		}
-		for _, lib := range []struct{ name, scripts string }{{"dlock", "dlock-scripts"}, {"dlock-ctx", "dlock-scripts"}, {"redislock", "setnx-scripts"}} {
+		for _, lib := range []struct{ name, scripts string }{
+			{"dlock", "dlock-scripts"}, {"dlock-ctx", "dlock-scripts"}, {"redislock", "setnx-scripts"},
+			{"dlock-rueidis", "dlock-scripts-rueidis"}, {"rueidislock-1key", "setnx-scripts-rueidis"},
+		} {
+			if len(pick(u.runs, uname, lib.scripts, ops)) == 0 {
+				continue
+			}
 			of, _ := medianRatio(u.runs, uname, lib.name, lib.scripts, ops)
 			vs, _ := medianRatio(u.runs, uname, lib.name, "setnx-scripts", ops)
 			t.add(u.g, lib.name+" (the library)", num(median(pick(u.runs, uname, lib.name, ops))),

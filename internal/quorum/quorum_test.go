@@ -273,3 +273,63 @@ func TestCallSoonerDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A call whose context can never be cancelled (Background, WithoutCancel's:
+// every Release's) shares its deadline with the node's other calls of the
+// same timeout: it still ends with context.DeadlineExceeded, never before
+// its timeout, and keeps the caller's values.
+func TestCallSharedDeadline(t *testing.T) {
+	family := NewNodeOf(familyClient{}, "family") // inline up to MaxInline
+	t.Cleanup(family.Close)
+	worker := nodes(t, 1)[0] // no client: every call on a worker
+	type key struct{}
+	for _, n := range []*Node{family, worker} {
+		for _, caller := range []context.Context{
+			context.Background(),
+			context.WithoutCancel(context.WithValue(context.Background(), key{}, "v")),
+		} {
+			const timeout = 50 * time.Millisecond
+			release := make(chan struct{})
+			got := make(chan context.Context, 1)
+			start := time.Now()
+			_, err, answered, _ := Call(caller, n, timeout, func(c context.Context, _ node.Conn) (int, error) {
+				got <- c
+				if n == worker {
+					<-release // an answer after the deadline: late
+					return 1, nil
+				}
+				<-c.Done()
+				return 0, c.Err()
+			}, nil)
+			elapsed := time.Since(start)
+			close(release)
+			c := <-got
+			if answered || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: answered %v, err %v; want a deadline", n.Addr, answered, err)
+			}
+			if elapsed < timeout {
+				t.Errorf("%s: the call ended after %v, before its timeout %v", n.Addr, elapsed, timeout)
+			}
+			if d, ok := c.Deadline(); !ok || d.Before(start.Add(timeout)) || d.After(start.Add(time.Second)) {
+				t.Errorf("%s: the call's deadline is %v (set %v), want its timeout's", n.Addr, d.Sub(start), ok)
+			}
+			if want := caller.Value(key{}); c.Value(key{}) != want {
+				t.Errorf("%s: the call's context has value %v, want the caller's %v", n.Addr, c.Value(key{}), want)
+			}
+		}
+	}
+	// Calls that begin together share one deadline: no timer each.
+	n := NewNodeOf(familyClient{}, "family")
+	t.Cleanup(n.Close)
+	var deadlines []time.Time
+	for range 3 {
+		Call(context.Background(), n, time.Minute, func(c context.Context, _ node.Conn) (int, error) {
+			d, _ := c.Deadline()
+			deadlines = append(deadlines, d)
+			return 0, nil
+		}, nil)
+	}
+	if deadlines[0] != deadlines[1] || deadlines[1] != deadlines[2] {
+		t.Errorf("three calls within a second of a minute's timeout had deadlines %v: want one shared", deadlines)
+	}
+}
