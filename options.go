@@ -149,7 +149,9 @@ func WithFenceRetention(d time.Duration) Option {
 // WithNodeTimeout bounds how long one round waits for a node (default: a
 // fifth of the lock's TTL, at most 1s). Renewals wait up to the end of the
 // current validity instead, since a late confirmation still keeps the lock. A node that has not answered by
-// then counts as failed for that round. d ≤ 0 is an error, reported by the
+// then counts as failed for that round. (A call on one Redis whose context
+// can never be cancelled, as a Release's, shares its deadline with the
+// calls that began just before it, and may wait up to a 32nd longer.) d ≤ 0 is an error, reported by the
 // Locker's methods; a value above a third of a lock's TTL is lowered to it.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *lockerConfig) {
