@@ -89,7 +89,10 @@ func (p *rueidisScripts) Lock(ctx context.Context, key string) (Held, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ok, _ := r[0].AsInt64(); len(r) < 2 || ok != 1 {
+		if len(r) < 2 {
+			return nil, fmt.Errorf("%s: not free", key)
+		}
+		if ok, _ := r[0].AsInt64(); ok != 1 {
 			return nil, fmt.Errorf("%s: not free", key)
 		}
 		return rueidisScriptsHeld{p: p, keys: []string{nm.UnlockKeys()[0].(string), ks[0].(string)}}, nil
