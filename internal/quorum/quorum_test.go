@@ -228,6 +228,26 @@ func (familyConn) DoWait(context.Context, []any, int, int64) (cmd, wait node.Res
 	panic("not sent")
 }
 
+// callPastDeadline runs a Call on n whose fn answers only after the call's
+// context ended: inline it waits for the context (the call ends with its
+// error); on worker, it answers once the Call returned (a late answer). It
+// returns the context fn was given.
+func callPastDeadline(ctx context.Context, n, worker *Node, timeout time.Duration) (c context.Context, err error, answered, inline bool) {
+	release := make(chan struct{})
+	got := make(chan context.Context, 1)
+	_, err, answered, inline = Call(ctx, n, timeout, func(c context.Context, _ node.Conn) (int, error) {
+		got <- c
+		if n == worker {
+			<-release // an answer after the deadline: late
+			return 1, nil
+		}
+		<-c.Done()
+		return 0, c.Err()
+	}, nil)
+	close(release)
+	return <-got, err, answered, inline
+}
+
 // TestCallSoonerDeadline: a call whose caller's deadline comes before its
 // timeout runs with the caller's context itself (no timer of its own), and
 // ends at that deadline, unanswered, inline or on a worker; with a later
@@ -243,21 +263,9 @@ func TestCallSoonerDeadline(t *testing.T) {
 				callerTimeout, timeout = time.Minute, 50*time.Millisecond
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), callerTimeout)
-			release := make(chan struct{})
-			got := make(chan context.Context, 1)
 			start := time.Now()
-			_, err, answered, inline := Call(ctx, n, timeout, func(c context.Context, _ node.Conn) (int, error) {
-				got <- c
-				if n == worker {
-					<-release // an answer after the deadline: late
-					return 1, nil
-				}
-				<-c.Done()
-				return 0, c.Err()
-			}, nil)
-			close(release)
+			c, err, answered, inline := callPastDeadline(ctx, n, worker, timeout)
 			cancel()
-			c := <-got
 			if answered || !errors.Is(err, context.DeadlineExceeded) || inline != (n == family) {
 				t.Errorf("%s, sooner %v: answered %v, inline %v, err %v; want a deadline", n.Addr, sooner, answered, inline, err)
 			}
@@ -289,21 +297,9 @@ func TestCallSharedDeadline(t *testing.T) {
 			context.WithoutCancel(context.WithValue(context.Background(), key{}, "v")),
 		} {
 			const timeout = 50 * time.Millisecond
-			release := make(chan struct{})
-			got := make(chan context.Context, 1)
 			start := time.Now()
-			_, err, answered, _ := Call(caller, n, timeout, func(c context.Context, _ node.Conn) (int, error) {
-				got <- c
-				if n == worker {
-					<-release // an answer after the deadline: late
-					return 1, nil
-				}
-				<-c.Done()
-				return 0, c.Err()
-			}, nil)
+			c, err, answered, _ := callPastDeadline(caller, n, worker, timeout)
 			elapsed := time.Since(start)
-			close(release)
-			c := <-got
 			if answered || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%s: answered %v, err %v; want a deadline", n.Addr, answered, err)
 			}
