@@ -151,7 +151,8 @@ func WithFenceRetention(d time.Duration) Option {
 // current validity instead, since a late confirmation still keeps the lock. A node that has not answered by
 // then counts as failed for that round. (A call on one Redis whose context
 // can never be cancelled, as a Release's, shares its deadline with the
-// calls that began just before it, and may wait up to a 32nd longer.) d ≤ 0 is an error, reported by the
+// calls that began just before it, and may end up to a 32nd sooner; never
+// later.) d ≤ 0 is an error, reported by the
 // Locker's methods; a value above a third of a lock's TTL is lowered to it.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *lockerConfig) {

@@ -559,8 +559,10 @@ func call[T any](ctx context.Context, n *Node, i int, timeout time.Duration, fn 
 //   - when ctx can never be cancelled (no Done channel: Background, or
 //     WithoutCancel's, as every Release's), its deadline is one that the
 //     node's calls with this timeout share (see sharedDeadline): the call
-//     ends with context.DeadlineExceeded between timeout and timeout plus
-//     a 32nd of it after it began, and ctx's values are kept.
+//     ends with context.DeadlineExceeded no later than timeout after it
+//     began, and no sooner than a 32nd of it before that, and ctx's values
+//     are kept. (Never later: a node is never waited for beyond its
+//     timeout.)
 func (n *Node) bound(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	d, ok := ctx.Deadline()
@@ -591,15 +593,16 @@ type deadline struct {
 	cancel  context.CancelFunc // never called: the deadline ends ctx
 }
 
-// sharedDeadline returns a context that ends between timeout and timeout
-// plus a 32nd of it after now: the node's shared one if it does, else a
-// new one, which becomes the node's.
+// sharedDeadline returns a context that ends no later than timeout after
+// now and no sooner than a 32nd of it before that: the node's shared one
+// if it does, else a new one, ending at now plus timeout, which becomes
+// the node's.
 func (n *Node) sharedDeadline(now time.Time, timeout time.Duration) context.Context {
-	earliest := now.Add(timeout)
-	if d := n.deadline.Load(); d != nil && d.timeout == timeout && !d.at.Before(earliest) && !d.at.After(earliest.Add(timeout/32)) {
+	latest := now.Add(timeout)
+	if d := n.deadline.Load(); d != nil && d.timeout == timeout && !d.at.After(latest) && !d.at.Before(latest.Add(-timeout/32)) {
 		return d.ctx
 	}
-	d := &deadline{timeout: timeout, at: earliest.Add(timeout / 32)}
+	d := &deadline{timeout: timeout, at: latest}
 	d.ctx, d.cancel = context.WithDeadline(context.Background(), d.at)
 	n.deadline.Store(d)
 	return d.ctx
