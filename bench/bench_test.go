@@ -221,6 +221,49 @@ func TestFamilyTargets(t *testing.T) {
 	if len(got) != 2 || !one.Met || many.Met {
 		t.Errorf("dlock-rueidis's targets: %+v", got)
 	}
+
+	// With runs by turns, those decide: here the other way round.
+	pair := func(mine, theirs float64) []UncontendedResult {
+		return []UncontendedResult{{Lib: "dlock-rueidis", OpsPerSec: mine}, {Lib: PairedPeer, OpsPerSec: theirs}}
+	}
+	r.Paired1 = [][]UncontendedResult{pair(90, 100), pair(95, 100), pair(200, 100)}
+	r.Paired64 = [][]UncontendedResult{pair(110, 100), pair(100, 100), pair(50, 100)}
+	r.PairedNote = "3 pairs"
+	got = map[string]Target{}
+	for _, tg := range r.Targets() {
+		if tg.Lib == "dlock-rueidis" {
+			got[tg.Name] = tg
+		}
+	}
+	one, many = got["Uncontended, 1 goroutine: ops/s ≥ 1.0× rueidislock-1key"], got["Uncontended, 64 goroutines: ops/s ≥ 1.0× rueidislock-1key"]
+	if one.Met || !many.Met || !strings.Contains(one.Measured, "0.95× rueidislock-1key (3 runs by turns, per pair: 0.90 0.95 2.00)") {
+		t.Errorf("dlock-rueidis's targets from runs by turns: %+v", got)
+	}
+	md := r.Markdown(false)
+	for _, want := range []string{"## Runs by turns: dlock on rueidis and rueidislock-1key", "| 64 | 3 | dlock-rueidis | 100 | 1.00× | 1.10 1.00 0.50 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// Paired runs its two libraries by turns, the first library's result
+// first in every pair, each run a success.
+func TestPaired(t *testing.T) {
+	srv := startServer(t)
+	a, b := DlockLibrary(false), RedislockLibrary(false)
+	pairs, err := Paired(a, b, []string{srv.Addr}, 2, 3, 10*time.Millisecond, 50*time.Millisecond, &srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) != 3 {
+		t.Fatalf("%d pairs, want 3", len(pairs))
+	}
+	for i, p := range pairs {
+		if len(p) != 2 || p[0].Lib != a.Name || p[1].Lib != b.Name || p[0].Ops == 0 || p[1].Ops == 0 || p[0].Errors+p[1].Errors != 0 {
+			t.Errorf("pair %d: %+v", i, p)
+		}
+	}
 }
 
 // maxRueidisAllocs is the most allocations one uncontended Acquire+Release

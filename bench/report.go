@@ -31,8 +31,14 @@ type Report struct {
 	// are in Uncontended1 and Uncontended64 alongside the libraries'.
 	Ceilings []Library
 
-	Uncontended1   [][]UncontendedResult
-	Uncontended64  [][]UncontendedResult
+	Uncontended1  [][]UncontendedResult
+	Uncontended64 [][]UncontendedResult
+	// Paired1 and Paired64 are dlock on rueidis and rueidislock-1key run
+	// by turns (see Paired), a pair per row: issue 35's uncontended
+	// targets use them when present. PairedNote says how they ran.
+	Paired1, Paired64 [][]UncontendedResult
+	PairedNote        string
+
 	Contended      []ContendedConfig
 	Semaphore      []ContendedResult // dlock with WithLimit(4), W=32, one per repetition
 	ReadWrite      []ReadWriteResult // shared readers + one writer, one per repetition
@@ -242,6 +248,11 @@ func (r *Report) violations(d string) int64 {
 	return viol
 }
 
+// PairedPeer is the peer of dlock on another client family than go-redis
+// in the targets, and in Paired's pairs: rueidislock in its README's
+// one-instance configuration.
+const PairedPeer = "rueidislock-1key"
+
 // familyTargets are issue 35's targets for d, dlock on another client
 // family than go-redis (rueidis): uncontended, at least rueidislock in its
 // README's one-instance configuration; contended, go-redis' fairness and
@@ -250,15 +261,18 @@ func (r *Report) familyTargets(d string) []Target {
 	var ts []Target
 	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
-	const peer = "rueidislock-1key"
 	for _, u := range []struct {
-		what string
-		runs [][]UncontendedResult
-	}{{"1 goroutine", r.Uncontended1}, {"64 goroutines", r.Uncontended64}} {
-		if theirs := pick(u.runs, uname, peer, ops); len(theirs) > 0 {
-			rs := ratios(pick(u.runs, uname, d, ops), theirs)
-			add("Uncontended, "+u.what+": ops/s ≥ 1.0× "+peer,
-				fmt.Sprintf("%.2f× %s (per repetition: %s)", median(rs), peer, fmtRatios(rs)), median(rs) >= 1)
+		what        string
+		runs, pairs [][]UncontendedResult
+	}{{"1 goroutine", r.Uncontended1, r.Paired1}, {"64 goroutines", r.Uncontended64, r.Paired64}} {
+		runs, each := u.runs, "repetition"
+		if len(u.pairs) > 0 {
+			runs, each = u.pairs, fmt.Sprintf("%d runs by turns, per pair", len(u.pairs))
+		}
+		if theirs := pick(runs, uname, PairedPeer, ops); len(theirs) > 0 {
+			rs := ratios(pick(runs, uname, d, ops), theirs)
+			add("Uncontended, "+u.what+": ops/s ≥ 1.0× "+PairedPeer,
+				fmt.Sprintf("%.2f× %s (%s: %s)", median(rs), PairedPeer, each, fmtRatios(rs)), median(rs) >= 1)
 		}
 	}
 	for _, c := range r.Contended {
@@ -551,6 +565,7 @@ func (r *Report) Markdown(charts bool) string {
 		w("%s\n", r.uncontendedTable(u.runs, false, nil))
 	}
 	r.writeCeiling(w)
+	r.writePaired(w)
 
 	for _, c := range r.Contended {
 		w("## Contended: W=%d workers, hold %s\n\n", c.Workers, c.Hold)
@@ -1043,6 +1058,36 @@ func (r *Report) writeCeiling(w func(string, ...any)) {
 			vs, _ := medianRatio(u.runs, uname, lib.name, "setnx-scripts", ops)
 			t.add(u.g, lib.name+" (the library)", num(median(pick(u.runs, uname, lib.name, ops))),
 				fmt.Sprintf("%.2f", median(pick(u.runs, uname, lib.name, func(x UncontendedResult) float64 { return x.ScriptUsec }))), vs, of+" of "+lib.scripts)
+		}
+	}
+	w("%s\n", t)
+}
+
+// writePaired writes the section of the runs by turns (Paired).
+func (r *Report) writePaired(w func(string, ...any)) {
+	if len(r.Paired1)+len(r.Paired64) == 0 {
+		return
+	}
+	w("## Runs by turns: dlock on rueidis and %s\n\n", PairedPeer)
+	w("The uncontended scenario again, for the two alone, by turns (a b, b a, a b, …): %s. The two runs of a pair lie within a second of each other, so the machine's drift cancels in each pair's ratio; the targets of dlock on rueidis use these pairs.\n\n", r.PairedNote)
+	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
+	t := table{head: []string{"goroutines", "pairs", "library", "ops/s (median)", "ratio to " + PairedPeer + " (median)", "per pair"}}
+	for _, p := range []struct {
+		g    int
+		runs [][]UncontendedResult
+	}{{1, r.Paired1}, {64, r.Paired64}} {
+		if len(p.runs) == 0 {
+			continue
+		}
+		theirs := pick(p.runs, uname, PairedPeer, ops)
+		for _, row := range p.runs[0] {
+			mine := pick(p.runs, uname, row.Lib, ops)
+			ratio, each := "–", "–"
+			if row.Lib != PairedPeer {
+				rs := ratios(mine, theirs)
+				ratio, each = fmt.Sprintf("%.2f×", median(rs)), fmtRatios(rs)
+			}
+			t.add(fmt.Sprint(p.g), fmt.Sprint(len(p.runs)), row.Lib, fmt.Sprintf("%.0f", median(mine)), ratio, each)
 		}
 	}
 	w("%s\n", t)

@@ -170,6 +170,35 @@ type UncontendedResult struct {
 	ScriptUsec float64
 }
 
+// Paired runs the uncontended scenario (see Uncontended) for a and b by
+// turns, n times each, in the order a b, b a, a b, …: the two runs of a
+// pair are adjacent in time, so the machine's drift, which swings one
+// library's rate several-fold within seconds on a shared machine, cancels
+// in each pair's ratio. (Within a repetition the libraries run seconds
+// apart.) It returns the pairs, a's result first.
+func Paired(a, b Library, addrs []string, g, n int, warm, dur time.Duration, srv *Server) ([][]UncontendedResult, error) {
+	var out [][]UncontendedResult
+	for i := range n {
+		first, second := a, b
+		if i%2 == 1 {
+			first, second = b, a
+		}
+		x, err := Uncontended(first, addrs, g, warm, dur, srv)
+		if err != nil {
+			return out, err
+		}
+		y, err := Uncontended(second, addrs, g, warm, dur, srv)
+		if err != nil {
+			return out, err
+		}
+		if i%2 == 1 {
+			x, y = y, x
+		}
+		out = append(out, []UncontendedResult{x, y})
+	}
+	return out, nil
+}
+
 // Uncontended runs g goroutines of one process, each acquiring and releasing
 // its own key, for warm + dur; the numbers cover the last dur. srv, if not
 // nil, is the server of addrs[0], whose script time is measured.

@@ -73,6 +73,10 @@ type settings struct {
 	workers           []int
 	idleWaiters       int
 	uncontendedGorout []int
+	// dlock on rueidis and its peer by turns (bench.Paired): pairs per
+	// goroutine count, each run pairWarm then pairDur.
+	pairs             int
+	pairWarm, pairDur time.Duration
 	// The shared-hold (rw) and AcquireAll (multi) scenarios: dlock only.
 	rwWarm, rwDur       time.Duration
 	rwReps              int
@@ -90,6 +94,7 @@ type settings struct {
 func run(quick bool, reps int, out string) error {
 	s := settings{
 		warm: 300 * time.Millisecond, dur: 2 * time.Second,
+		pairs: 20, pairWarm: 100 * time.Millisecond, pairDur: 300 * time.Millisecond,
 		idleSettle: time.Second, idle: 5 * time.Second, idleLong: 60 * time.Second,
 		latWarm: 200 * time.Millisecond, latDur: 2 * time.Second,
 		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
@@ -102,6 +107,7 @@ func run(quick bool, reps int, out string) error {
 	if quick {
 		s = settings{
 			warm: 100 * time.Millisecond, dur: 250 * time.Millisecond,
+			pairs: 2, pairWarm: 50 * time.Millisecond, pairDur: 100 * time.Millisecond,
 			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond, idleLong: time.Second,
 			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
 			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
@@ -111,6 +117,7 @@ func run(quick bool, reps int, out string) error {
 	}
 	if reps > 0 {
 		s.reps = reps
+		s.pairs = 4 * reps
 		s.idleReps = min(reps, s.idleReps)
 		s.rwReps = min(reps, s.rwReps)
 		s.multiReps = min(reps, s.multiReps)
@@ -202,6 +209,11 @@ func run(quick bool, reps int, out string) error {
 		if err != nil {
 			return err
 		}
+	}
+
+	// dlock on rueidis and its peer again, by turns: issue 35's targets.
+	if err := paired(r, libs, addr, &srv, s, log, flush); err != nil {
+		return err
 	}
 
 	// 2. Contended.
@@ -537,6 +549,34 @@ func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Se
 		}
 		r.NetContended = append(r.NetContended, cc)
 	}
+	return nil
+}
+
+// paired runs dlock on rueidis and bench.PairedPeer by turns (bench.Paired)
+// with 1 and 64 goroutines into r, when the uncontended group runs and
+// both libraries are among libs.
+func paired(r *bench.Report, libs []bench.Library, addr []string, srv *bench.Server, s settings, log func(string, ...any), flush func()) error {
+	a := slices.IndexFunc(libs, func(l bench.Library) bool { return l.Name == "dlock-rueidis" })
+	b := slices.IndexFunc(libs, func(l bench.Library) bool { return l.Name == bench.PairedPeer })
+	if !want("uncontended") || a < 0 || b < 0 {
+		return nil
+	}
+	for _, g := range []int{1, 64} {
+		pairs, err := bench.Paired(libs[a], libs[b], addr, g, s.pairs, s.pairWarm, s.pairDur, srv)
+		if err != nil {
+			return err
+		}
+		for i, p := range pairs {
+			log("by turns g=%d pair %d %s %.0f ops/s, %s %.0f ops/s: %.2f×", g, i+1, p[0].Lib, p[0].OpsPerSec, p[1].Lib, p[1].OpsPerSec, p[0].OpsPerSec/p[1].OpsPerSec)
+		}
+		if g == 1 {
+			r.Paired1 = pairs
+		} else {
+			r.Paired64 = pairs
+		}
+		flush()
+	}
+	r.PairedNote = fmt.Sprintf("%d pairs for each number of goroutines, each run %s warm-up, then %s measured", s.pairs, s.pairWarm, s.pairDur)
 	return nil
 }
 
