@@ -294,3 +294,38 @@ func TestDlockRueidisAllocs(t *testing.T) {
 		t.Logf("%d allocations per Acquire+Release (%d B)", r.AllocsPerOp, r.BytesPerOp)
 	}
 }
+
+// A ratio target whose peer has no sample in any repetition (redsync, which
+// hands the lock to another worker too seldom for a median) is not judged:
+// neither met nor missed, and the report says why.
+func TestTargetWithoutPeerSample(t *testing.T) {
+	libs := []Library{DlockLibrary(false), RedsyncLibrary(false)}
+	run := func(other time.Duration) []ContendedResult {
+		return []ContendedResult{
+			{Lib: libs[0].Name, HandoffP50: 200 * time.Microsecond, OtherP50: 200 * time.Microsecond},
+			{Lib: libs[1].Name, HandoffP50: 100 * time.Microsecond, OtherP50: other},
+		}
+	}
+	r := &Report{Reps: 2, Libraries: libs, Contended: []ContendedConfig{{Workers: 8, Hold: 5 * time.Millisecond, Runs: [][]ContendedResult{run(0), run(0)}}}}
+	const name = "Contended W=8, 5ms: handoff p50 to another worker (a waiter) ≤ 0.1× redsync (defaults)"
+	judged := func() Target {
+		for _, tg := range r.Targets() {
+			if tg.Lib == libs[0].Name && tg.Name == name {
+				return tg
+			}
+		}
+		t.Fatalf("no target %q", name)
+		return Target{}
+	}
+	if tg := judged(); !tg.Unjudged || tg.Met || !strings.Contains(tg.Measured, "redsync: no sample in any repetition") {
+		t.Errorf("without redsync's samples: %+v", tg)
+	}
+	if md := r.Markdown(false); !strings.Contains(md, "not judged") {
+		t.Errorf("the report does not say the target is not judged:\n%s", md)
+	}
+	// One repetition with a sample is enough to judge.
+	r.Contended[0].Runs[1] = run(time.Millisecond)
+	if tg := judged(); tg.Unjudged || tg.Met || !strings.Contains(tg.Measured, "0.20× redsync") {
+		t.Errorf("with one of redsync's samples: %+v", tg)
+	}
+}

@@ -193,6 +193,9 @@ type Target struct {
 	Lib      string // dlock, dlock-ctx
 	Measured string
 	Met      bool
+	// Unjudged: the run gave the target nothing to compare with (the peer
+	// had no sample in any repetition); Met is false.
+	Unjudged bool
 }
 
 // bestPeer returns the peer (not one of dlock's configurations) with the
@@ -259,7 +262,7 @@ const PairedPeer = "rueidislock-1key"
 // round trips; no violation.
 func (r *Report) familyTargets(d string) []Target {
 	var ts []Target
-	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
+	add := func(name, measured string, met bool) { ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met}) }
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
 	for _, u := range []struct {
 		what        string
@@ -308,11 +311,15 @@ func (r *Report) targets(d string) []Target {
 		return r.familyTargets(d)
 	}
 	var ts []Target
-	add := func(name, measured string, met bool) { ts = append(ts, Target{name, d, measured, met}) }
+	add := func(name, measured string, met bool) { ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met}) }
 	goRedis := func(l Library) bool { return l.GoRedis }
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
 
 	ratioTarget := func(name string, mine, theirs []float64, peer string, limit float64, atLeast bool) {
+		if !slices.ContainsFunc(theirs, func(x float64) bool { return !math.IsNaN(x) }) {
+			ts = append(ts, Target{Name: name, Lib: d, Measured: "– (" + peer + ": no sample in any repetition)", Unjudged: true})
+			return
+		}
 		rs := ratios(mine, theirs)
 		m := median(rs)
 		met := m >= limit
@@ -538,7 +545,10 @@ func (r *Report) Markdown(charts bool) string {
 			}
 		}
 		v := "met"
-		if !x.Met {
+		switch {
+		case x.Unjudged:
+			v = "not judged"
+		case !x.Met:
 			v = "**missed**"
 		}
 		i := slices.Index(dl, x.Lib)
