@@ -262,7 +262,9 @@ const PairedPeer = "rueidislock-1key"
 // round trips; no violation.
 func (r *Report) familyTargets(d string) []Target {
 	var ts []Target
-	add := func(name, measured string, met bool) { ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met}) }
+	add := func(name, measured string, met bool) {
+		ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met})
+	}
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
 	for _, u := range []struct {
 		what        string
@@ -311,7 +313,9 @@ func (r *Report) targets(d string) []Target {
 		return r.familyTargets(d)
 	}
 	var ts []Target
-	add := func(name, measured string, met bool) { ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met}) }
+	add := func(name, measured string, met bool) {
+		ts = append(ts, Target{Name: name, Lib: d, Measured: measured, Met: met})
+	}
 	goRedis := func(l Library) bool { return l.GoRedis }
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
 
