@@ -225,11 +225,68 @@ func mapErr(err error) error {
 	return err
 }
 
+// Do and DoMulti send a command whose connection failed again, up to
+// retries times, a millisecond after the first failure and twice as long
+// after each next one, when the command is one of dlock's scripts or only
+// reads (see again): a connection that the server closed while the client
+// was idle (its idle timeout, a restart, a proxy's) then costs no call, as
+// on go-redis, which retries such a command itself. (The pause lets
+// rueidis replace the connection it found closed: until then, a command
+// sent fails at once with the same error.) Not until ctx ends, as a
+// command marked retryable in rueidis would be: on a server that is down,
+// each dial is refused at once, and the call fails within milliseconds, not
+// at the node timeout. dlock's scripts are idempotent (one run twice, its
+// first reply lost, answers as the first would have and writes nothing
+// more). DoWait is not retried: WAIT on a new connection would count none
+// of the writes it waits for.
 func (c *conn) Do(ctx context.Context, args ...any) (any, error) {
-	return reply(c.c.Do(ctx, build(c.c.B(), args)))
+	v, err := reply(c.c.Do(ctx, build(c.c.B(), args)))
+	for i := 0; i < retries && again(ctx, args, err) && pause(ctx, i); i++ {
+		v, err = reply(c.c.Do(ctx, build(c.c.B(), args)))
+	}
+	return v, err
+}
+
+// retries is how many times Do and DoMulti send a command again.
+const retries = 3
+
+// pause waits before the i-th retry (from 0): a millisecond, doubling. It
+// returns false if ctx ended first.
+func pause(ctx context.Context, i int) bool {
+	t := time.NewTimer(time.Millisecond << i)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (c *conn) DoMulti(ctx context.Context, cmds ...[]any) []node.Result {
+	out := c.doMulti(ctx, cmds)
+	for i := 0; i < retries; i++ {
+		var retry []int
+		for j, r := range out {
+			if again(ctx, cmds[j], r.Err) {
+				retry = append(retry, j)
+			}
+		}
+		if len(retry) == 0 || !pause(ctx, i) {
+			break
+		}
+		sub := make([][]any, len(retry))
+		for k, j := range retry {
+			sub[k] = cmds[j]
+		}
+		for k, r := range c.doMulti(ctx, sub) {
+			out[retry[k]] = r
+		}
+	}
+	return out
+}
+
+func (c *conn) doMulti(ctx context.Context, cmds [][]any) []node.Result {
 	built := make([]rueidis.Completed, len(cmds))
 	for i, a := range cmds {
 		built[i] = build(c.c.B(), a)
@@ -239,6 +296,21 @@ func (c *conn) DoMulti(ctx context.Context, cmds ...[]any) []node.Result {
 		out[i].Val, out[i].Err = reply(r)
 	}
 	return out
+}
+
+// again reports whether a command that failed with err is sent again
+// (see Do): one of dlock's scripts or a command that only reads, failed by
+// its connection (not an error reply, not ctx's end, not a closed client).
+func again(ctx context.Context, args []any, err error) bool {
+	if err == nil || node.IsReply(err) || ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch upper(str(args[0])) {
+	case "EVALSHA", "EVAL", "INFO", "PING", "GET", "HGET", "HGETALL", "PTTL", "ZCARD", "ZRANGE":
+		return true
+	}
+	return false
 }
 
 // DoWait sends the command and WAIT on a dedicated connection (to the

@@ -164,3 +164,72 @@ func TestNewRedlockRefuses(t *testing.T) {
 		t.Errorf("New with an invalid Option, then TryAcquire: %v", err)
 	}
 }
+
+// TestConnectionClosedRetried: a connection the server closed while the
+// client was idle (its idle timeout, a restart, a proxy's) costs no call:
+// the script is sent again on a new connection, as go-redis does (dlock's
+// scripts are idempotent, so a retried one changes nothing). Without the
+// retry, the first TryAcquire after the close failed as unavailable (and
+// Acquire logged that Redis did not answer, and tried again after a
+// pause).
+func TestConnectionClosedRetried(t *testing.T) {
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	c := client(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	l := dlockrueidis.New(c)
+	defer l.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		// Every connection but the admin's is closed by the server.
+		if i > 0 {
+			if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lk, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("TryAcquire %d: %v", i, err)
+		}
+		if i > 0 {
+			if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatalf("Release %d: %v", i, err)
+		}
+	}
+	if n, err := admin.Exists(ctx, "dlock:{k}").Result(); err != nil || n != 0 {
+		t.Errorf("the lock key after the last Release: %d, %v", n, err)
+	}
+}
+
+// TestServerDownFailsFast: on a server that is down, the retries of a
+// closed connection (TestConnectionClosedRetried) do not hold a call until
+// its node timeout: each dial is refused at once, and so is the call.
+func TestServerDownFailsFast(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := client(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	const nodeTimeout = 5 * time.Second
+	l := dlockrueidis.New(c, dlock.WithNodeTimeout(nodeTimeout))
+	defer l.Close()
+	ctx := context.Background()
+	lk, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("TryAcquire on a server that is down: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > nodeTimeout/2 {
+		t.Errorf("TryAcquire on a server that is down took %s (node timeout %s): it waited for the server", d, nodeTimeout)
+	}
+}

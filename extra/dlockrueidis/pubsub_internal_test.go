@@ -3,6 +3,7 @@ package dlockrueidis
 import (
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -161,4 +162,66 @@ func TestFrozenServerBounded(t *testing.T) {
 	p := newPubSub(c)
 	bounded("Subscribe", func(ctx context.Context) { _ = p.Subscribe(ctx, "inbox") })
 	bounded("Close", func(context.Context) { p.Close() })
+}
+
+// TestDoMultiRetried: a pipeline whose connection the server closed is
+// sent again (its scripts and reads: see TestAgain). (When rueidis saw
+// the close first and dialed again already, the pipeline succeeds without
+// a retry: the test then proves nothing, which happens in about a third of
+// the runs; TestConnectionClosedRetried fails every time without them.)
+func TestDoMultiRetried(t *testing.T) {
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // as dlock's calls: a deadline
+	defer cancel()
+	cn := &conn{c}
+	// rueidis picks one of its connections by the first command's key:
+	// the pipeline below goes where this one goes.
+	if rs := cn.DoMulti(ctx, []any{"get", "{k}n"}, []any{"ping"}); rs[0].Err != nil {
+		t.Fatal(rs[0].Err)
+	}
+	if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs := cn.DoMulti(ctx, []any{"eval", "return redis.call('INCR', KEYS[1])", 1, "{k}n"}, []any{"get", "{k}n"})
+	if rs[0].Err != nil || rs[0].Val != int64(1) || rs[1].Err != nil || rs[1].Val != "1" {
+		t.Errorf("a script and a read after the connection closed: %+v", rs)
+	}
+}
+
+// TestAgain: what is sent again after a failure: dlock's scripts and the
+// commands that only read, failed by their connection; not a PUBLISH (a
+// second message), an error reply, a failure after ctx ended, or one of a
+// closed client.
+func TestAgain(t *testing.T) {
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []struct {
+		ctx  context.Context
+		args []any
+		err  error
+		want bool
+	}{
+		{ctx, []any{"evalsha", "sha", 1, "k"}, io.EOF, true},
+		{ctx, []any{"EVAL", "return 1", 0}, io.ErrUnexpectedEOF, true},
+		{ctx, []any{"get", "k"}, io.EOF, true},
+		{ctx, []any{"info", "server"}, io.EOF, true},
+		{ctx, []any{"publish", "ch", "m"}, io.EOF, false},
+		{ctx, []any{"evalsha", "sha", 1, "k"}, nil, false},
+		{ctx, []any{"evalsha", "sha", 1, "k"}, &node.ReplyError{Msg: "NOSCRIPT"}, false},
+		{ctx, []any{"evalsha", "sha", 1, "k"}, context.DeadlineExceeded, false},
+		{done, []any{"evalsha", "sha", 1, "k"}, io.EOF, false},
+		{ctx, []any{"evalsha", "sha", 1, "k"}, rueidis.ErrClosing, false},
+	} {
+		if got := again(c.ctx, c.args, c.err); got != c.want {
+			t.Errorf("again(%v, %v, ctx err %v) = %v, want %v", c.args[0], c.err, c.ctx.Err(), got, c.want)
+		}
+	}
 }
