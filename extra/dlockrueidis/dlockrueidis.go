@@ -103,7 +103,7 @@ type client struct {
 // is a Cluster client. A rueidis client does not say whether it dials with
 // TLS, nor lets one read its retry settings: TLS and NoRetries stay false
 // (the hints of errors do not mention TLS; every failed command may have
-// run, as far as dlock knows).
+// run, as far as dlock knows: conn.Do sends a script again itself).
 func newClient(c rueidis.Client) *client {
 	addrs := make([]string, 0, 4)
 	for a := range c.Nodes() {
