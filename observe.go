@@ -28,7 +28,12 @@ import (
 //
 // Changes are kept for a reader that falls behind, up to 64: one further
 // behind loses the oldest of them. Changes are never reordered, and the
-// terms a reader receives always increase. Announcements can be missed
+// terms a reader receives never decrease. A term is sent again only for
+// the same leader: with a new Value (Proclaim), with a larger Transitions
+// (a read can find a new term before its nodes counted it; the count
+// comes with its announcement, or the next read), or after a vacancy that
+// a read reported and a later read disproved (on a quorum, a lock that
+// was renewed late). Announcements can be missed
 // (a reconnection, a node that was away): then the next read of the leader,
 // at the latest when the lock would have expired, brings the observer up to
 // date. On a quorum, a vacancy shorter than the nodes' delivery skew may be
