@@ -182,21 +182,22 @@ func TestConnectionClosedRetried(t *testing.T) {
 	l := dlockvalkey.New(c)
 	defer l.Close()
 	ctx := context.Background()
+	// closeClients has the server close every connection but the admin's.
+	closeClients := func() {
+		if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := range 3 {
-		// Every connection but the admin's is closed by the server.
 		if i > 0 {
-			if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
-				t.Fatal(err)
-			}
+			closeClients()
 		}
 		lk, err := l.TryAcquire(ctx, "k")
 		if err != nil {
 			t.Fatalf("TryAcquire %d: %v", i, err)
 		}
 		if i > 0 {
-			if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
-				t.Fatal(err)
-			}
+			closeClients()
 		}
 		if err := lk.Release(ctx); err != nil {
 			t.Fatalf("Release %d: %v", i, err)
