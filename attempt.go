@@ -154,12 +154,23 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	}
 	late.decided.Add(1)
 
+	registers := false
+	for _, r := range regs {
+		registers = registers || r.member != ""
+	}
 	start := time.Now()
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout, late,
 		func(rs []quorum.Result[script.AcquireReply], suspects int) bool {
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
-			return quorum.Decided(rs, suspects, n, q, granted)
+			// A refused round that registers the waiter waits for every
+			// other node (within the round's deadline): one that had not
+			// answered would be cleaned up at once (cleanAttempt buries the
+			// token there), and its registration with it, so that the
+			// waiter would not be woken by that node's releases (nor put
+			// first there by RequestLeadership) until its next attempt.
+			return quorum.Decided(rs, suspects, n, q, granted) &&
+				(!registers || quorum.AllAnswering(rs, suspects, n) || grants(rs) >= q)
 		},
 		late)
 
@@ -264,6 +275,17 @@ func (l *Locker) runAcquire(ctx context.Context, c node.Conn, timeout time.Durat
 
 // granted reports whether a node granted an attempt.
 func granted(r quorum.Result[script.AcquireReply]) bool { return r.Err == nil && r.Val.OK }
+
+// grants counts the grants among an attempt's answers.
+func grants(rs []quorum.Result[script.AcquireReply]) int {
+	g := 0
+	for _, r := range rs {
+		if granted(r) {
+			g++
+		}
+	}
+	return g
+}
 
 // classify counts the answers of an attempt's round in r, records in
 // effects and answered what each node's answer shows, registers the waiter

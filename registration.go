@@ -100,6 +100,7 @@ func (ks *keyState) registered(i int, reg nodeReg, pos string, intent bool) {
 	nw := &ks.nodes[i]
 	nw.queued, nw.popped = true, false
 	nw.intent = nw.intent || intent
+	ks.changedReg()
 	if nw.pos == "0" || posBelow(pos, nw.pos) {
 		// Never later: the waiter may have been put first meanwhile
 		// (moved), after this attempt was sent with its old position.
@@ -164,6 +165,7 @@ func (ks *keyState) lateAnswer(i int, reg nodeReg, e effect, pos string) {
 		if ks.nodes[i].pos == "0" {
 			ks.nodes[i].pos = pos
 		}
+		ks.changedReg()
 	case current:
 		ks.nodes[i].maybe = true
 	case refused:
@@ -215,4 +217,29 @@ func (ks *keyState) reset(rotate bool) {
 		ks.nodes[i] = nodeWait{pos: "0"}
 	}
 	ks.stopStandIn()
+	ks.changedReg()
+}
+
+// watch returns the waiter's member ("" before its first registration) and
+// a channel that closes at the next change of the member or of a node's
+// registration (changedReg), or nil when the last Acquire left.
+func (ks *keyState) watch() (member string, changed <-chan struct{}) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.gone {
+		return "", nil
+	}
+	if ks.changed == nil {
+		ks.changed = make(chan struct{})
+	}
+	return ks.member, ks.changed
+}
+
+// changedReg wakes the watchers of the registration (see watch); ks.mu is
+// held.
+func (ks *keyState) changedReg() {
+	if ks.changed != nil {
+		close(ks.changed)
+		ks.changed = nil
+	}
 }

@@ -47,6 +47,9 @@ type keyState struct {
 	member  string
 	nodes   []nodeWait  // per node
 	standIn *time.Timer // set while standing in for a woken waiter
+	// changed, made by watch, is closed (and cleared) by changedReg when
+	// the member or a node's registration changes (see RequestLeadership).
+	changed chan struct{}
 }
 
 // waitSlot names a keyState in Locker.keys: reader is 0 for the local queue
