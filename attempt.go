@@ -163,12 +163,14 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		func(rs []quorum.Result[script.AcquireReply], suspects int) bool {
 			// Nodes that recently did not answer in time are not waited
 			// for: with them counted as failed, the quorum is out of reach.
-			// A refused round that registers the waiter waits for every
-			// other node (within the round's deadline): one that had not
-			// answered would be cleaned up at once (cleanAttempt buries the
-			// token there), and its registration with it, so that the
-			// waiter would not be woken by that node's releases (nor put
-			// first there by RequestLeadership) until its next attempt.
+			// A round that did not get a quorum of grants (refused, or
+			// failed) and registers the waiter on some node waits for
+			// every node that is not suspect, within the round's deadline:
+			// one that had not answered would be cleaned up at once
+			// (cleanAttempt buries the token there) and could refuse the
+			// attempt as buried, without writing its registration, so that
+			// the waiter would not be woken by that node's releases (nor
+			// put first there by RequestLeadership) until its next attempt.
 			return quorum.Decided(rs, suspects, n, q, granted) &&
 				(!registers || quorum.AllAnswering(rs, suspects, n) || grants(rs) >= q)
 		},

@@ -217,22 +217,24 @@ func (ks *keyState) reset(rotate bool) {
 		ks.nodes[i] = nodeWait{pos: "0"}
 	}
 	ks.stopStandIn()
+	ks.resets++
 	ks.changedReg()
 }
 
-// watch returns the waiter's member ("" before its first registration) and
-// a channel that closes at the next change of the member or of a node's
-// registration (changedReg), or nil when the last Acquire left.
-func (ks *keyState) watch() (member string, changed <-chan struct{}) {
+// watch returns the waiter's registration as a member ("" before its first
+// registration) and a count that changes when it is forgotten (see reset),
+// and a channel that closes at the next change of either or of a node's
+// registration (changedReg); the channel is nil when the last Acquire left.
+func (ks *keyState) watch() (member string, resets uint64, changed <-chan struct{}) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if ks.gone {
-		return "", nil
+		return "", 0, nil
 	}
 	if ks.changed == nil {
 		ks.changed = make(chan struct{})
 	}
-	return ks.member, ks.changed
+	return ks.member, ks.resets, ks.changed
 }
 
 // changedReg wakes the watchers of the registration (see watch); ks.mu is

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/node"
@@ -20,29 +19,33 @@ import (
 // never resign. It works the same for an exclusive Acquire of key that
 // waits (the first to take the lock when its holder lets go).
 //
-// A Campaign registers as a candidate on each node with its first attempt
-// that finds the leadership taken. Where that registration has not landed
-// yet (its attempt is on its way), RequestLeadership waits for it, and
-// moves it when it comes: until it is first on every node that answered,
-// ctx ends, the Campaign ends, or three node timeouts (WithNodeTimeout)
-// passed. It asks the leader only once the Campaign is first on a quorum
-// of nodes (N/2+1; every node on one Redis). On one Redis a release keeps
-// the lock for the first candidate a moment; on a Redlock it reserves
-// nothing (each node would pick its own candidate), so a Campaign that is
-// not first on every node, or that does not attempt within 50 ms of its
-// wake-up, may see another candidate take the leadership first.
+// A Campaign registers as a candidate on each node once it waits: after an
+// attempt found the leadership taken, where its Locker's inbox is
+// subscribed. Where that registration has not landed yet (its attempt is
+// on its way), RequestLeadership waits for it and moves it when it comes,
+// until the Campaign is first on every node that answered, ctx ends, the
+// Campaign ends, or three node timeouts (WithNodeTimeout) passed. It asks
+// the leader once the Campaign is first on every node that answered and on
+// a quorum (N/2+1; every node on one Redis), or, after the three node
+// timeouts, on a quorum. On one Redis a release keeps the lock for the
+// first candidate a moment; on a Redlock it reserves nothing (each node
+// would pick its own candidate), so a Campaign that is not first on every
+// node, or that does not attempt within 50 ms of its wake-up, may see
+// another candidate take the leadership first.
 //
 // It returns an error wrapping ErrInvalid when no Campaign (or exclusive
-// Acquire) of this Locker waits for key (it leads already, has not
-// started, or has ended), when its registration did not reach a quorum in
-// that time (also wrapping ctx's error if ctx ended; it may stand first on
-// the nodes it reached), for an empty key or a reason over MaxMetadata
-// bytes; otherwise what RequestRelease returns (a vacant leadership is
-// ErrNotHeld: the Campaign takes it without help). If fewer than a quorum
-// of nodes answered the move, it returns an error wrapping ErrUnavailable
-// (or ErrMisconfigured) with each node's failure, and asks no one. Its
-// cost: one command per node to move the candidate (again on the nodes it
-// was missing from, at each registration that lands meanwhile), and
+// Acquire) of this Locker waits for key (it leads already, has not started
+// waiting, or has ended), when the Campaign was first on fewer than a
+// quorum of nodes when the wait ended (it stays first on those), for an
+// empty key or a reason over MaxMetadata bytes; otherwise what
+// RequestRelease returns (a vacant leadership is ErrNotHeld: the Campaign
+// takes it without help). If fewer than a quorum of nodes answered a move,
+// it returns an error wrapping ErrUnavailable (or ErrMisconfigured) with
+// each node's failure, and asks no one. When ctx ends while it waits, the
+// error wraps ctx's error (and ErrInvalid if the Campaign is first on fewer
+// than a quorum); when the Locker is closed, ErrClosed. Its cost: one
+// command per node to move the candidate (again on the nodes it was
+// missing from, at each registration that lands meanwhile), and
 // RequestRelease's.
 func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) error {
 	if err := l.checkKey(key); err != nil {
@@ -59,24 +62,25 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 		return notWaiting
 	}
 	n := len(l.nodes)
-	limit := time.NewTimer(3 * l.nodeTimeout(DefaultTTL))
+	deadline := time.Now().Add(3 * l.nodeTimeout(DefaultTTL))
+	limit := time.NewTimer(time.Until(deadline))
 	defer limit.Stop()
-	// first[i] is the queue position of the member on node i once it was
-	// put first there ("": not yet).
+	// first[i] is the queue position of the registration on node i once it
+	// was put first there ("": not yet).
 	first := make([]string, n)
-	moved, member := 0, ""
+	moved, member, resets := 0, "", uint64(0)
 	for {
-		m, changed := ks.watch()
+		m, r, changed := ks.watch()
 		if changed == nil {
 			return notWaiting
 		}
-		if m != member {
-			// A new registration (the first, or the old one's member was
-			// rotated): the moves made for the old member are gone with it.
-			member, moved = m, 0
+		if m != member || r != resets {
+			// A new registration (the first; or the old one was forgotten,
+			// the Campaign took the lock): the old one's moves are gone.
+			member, resets, moved = m, r, 0
 			clear(first)
 		}
-		missing := n
+		missing := n - moved
 		if member != "" {
 			got, absent, err := l.prefer(ctx, ks, member, first)
 			if err != nil {
@@ -89,23 +93,24 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 		}
 		select {
 		case <-changed:
-			continue
-		case <-limit.C:
-			if moved >= l.quorum {
-				return l.RequestRelease(ctx, key, reason)
+			if time.Now().Before(deadline) {
+				continue
 			}
+		case <-limit.C:
 		case <-ctx.Done():
+			what := fmt.Sprintf("RequestLeadership(%q): its Campaign is first on %d of %d nodes: the leader was not asked", key, moved, n)
+			if moved < l.quorum {
+				return fmt.Errorf("%w: %s: %w", ErrInvalid, what, ctx.Err())
+			}
+			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-l.done:
-			return closedErr(key)
+			return fmt.Errorf("%w: RequestLeadership(%q)", ErrClosed, key)
 		}
-		what := fmt.Sprintf("RequestLeadership(%q): its Campaign is first on %d of %d nodes (a quorum is %d; not yet registered on %d): the leader was not asked", key, moved, n, l.quorum, missing)
-		if moved == 0 {
-			what = fmt.Sprintf("RequestLeadership(%q): its Campaign is registered on no node yet: the leader was not asked", key)
+		if moved >= l.quorum {
+			return l.RequestRelease(ctx, key, reason)
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalid, what, ctx.Err())
-		}
-		return invalid("%s", what)
+		return invalid("RequestLeadership(%q): its Campaign is first on %d of %d nodes, fewer than a quorum (%d), after %v: the leader was not asked",
+			key, moved, n, l.quorum, 3*l.nodeTimeout(DefaultTTL))
 	}
 }
 
@@ -113,17 +118,28 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 // where it is not yet (first[i] == ""), and registered; it records the
 // positions in first and in ks (see keyState.moved), and returns how many
 // nodes moved it now, and how many answered that it is not registered
-// there. It fails, with each node's failure, when fewer than a quorum of
-// nodes answered.
+// there. The nodes where it is first already are not asked again (and
+// count as answering). It fails, with each node's failure, when fewer than
+// a quorum of nodes answered.
 func (l *Locker) prefer(ctx context.Context, ks *keyState, member string, first []string) (moved, absent int, err error) {
 	args := script.PreferCommand([]any{ks.names.Waiters()}, member)
-	n := len(l.nodes)
-	done := slices.Clone(first) // read by the calls, which may outlive Fanout
-	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[string](func(ctx context.Context, i int, c node.Conn) (string, error) {
-			if done[i] != "" {
-				return done[i], nil // moved there already
-			}
+	o := l.newOutcome(ks.key, l.quorum)
+	// The nodes to ask, and their indices in l.nodes.
+	asked := make([]*quorum.Node, 0, len(l.nodes))
+	index := make([]int, 0, len(l.nodes))
+	for i, nd := range l.nodes {
+		if first[i] != "" {
+			o.confirmed()
+			continue
+		}
+		asked = append(asked, nd)
+		index = append(index, i)
+	}
+	if len(asked) == 0 {
+		return 0, 0, nil
+	}
+	results, missing := quorum.Fanout(ctx, asked, l.nodeTimeout(DefaultTTL),
+		quorum.RunFunc[string](func(ctx context.Context, _ int, c node.Conn) (string, error) {
 			v, err := runOn(ctx, c, script.Prefer, args)
 			if err != nil {
 				return "", err
@@ -131,23 +147,27 @@ func (l *Locker) prefer(ctx context.Context, ks *keyState, member string, first 
 			pos, _ := v.(string) // 0: not registered there
 			return pos, nil
 		}),
-		func(rs []quorum.Result[string], suspects int) bool { return quorum.AllAnswering(rs, suspects, n) }, nil)
-	o := l.newOutcome(ks.key, l.quorum)
+		func(rs []quorum.Result[string], suspects int) bool {
+			return quorum.AllAnswering(rs, suspects, len(asked))
+		}, nil)
 	for _, r := range results {
+		i := index[r.Node]
 		switch {
 		case r.Err != nil:
-			o.failed(l, r.Node, r.Err)
+			o.failed(l, i, r.Err)
 			continue
 		case r.Val == "":
 			absent++
-		case first[r.Node] == "":
-			ks.moved(r.Node, member, r.Val)
-			first[r.Node] = r.Val
+		default:
+			ks.moved(i, member, r.Val)
+			first[i] = r.Val
 			moved++
 		}
 		o.confirmed()
 	}
-	o.missed(l, missing)
+	for _, m := range missing {
+		o.failed(l, index[m.Node], m.Err)
+	}
 	o.decided(ctx.Err() != nil)
 	if class := o.class(ErrUnavailable); class != nil {
 		return moved, absent, o.wrap(class, fmt.Sprintf("leadership request for %q: too few nodes answered%s", ks.key, o.counts("answered")))

@@ -48,8 +48,11 @@ type keyState struct {
 	nodes   []nodeWait  // per node
 	standIn *time.Timer // set while standing in for a woken waiter
 	// changed, made by watch, is closed (and cleared) by changedReg when
-	// the member or a node's registration changes (see RequestLeadership).
+	// the member or a node's registration changes (see RequestLeadership);
+	// resets counts the registrations forgotten (reset), whether the member
+	// changed or not.
 	changed chan struct{}
+	resets  uint64
 }
 
 // waitSlot names a keyState in Locker.keys: reader is 0 for the local queue
