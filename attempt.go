@@ -171,8 +171,10 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 			// attempt as buried, without writing its registration, so that
 			// the waiter would not be woken by that node's releases (nor
 			// put first there by RequestLeadership) until its next attempt.
-			return quorum.Decided(rs, suspects, n, q, granted) &&
-				(!registers || quorum.AllAnswering(rs, suspects, n) || grants(rs) >= q)
+			if registers {
+				return grants(rs) >= q || quorum.AllAnswering(rs, suspects, n)
+			}
+			return quorum.Decided(rs, suspects, n, q, granted)
 		},
 		late)
 

@@ -62,7 +62,8 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 		return notWaiting
 	}
 	n := len(l.nodes)
-	deadline := time.Now().Add(3 * l.nodeTimeout(DefaultTTL))
+	wait := 3 * l.nodeTimeout(DefaultTTL)
+	deadline := time.Now().Add(wait)
 	limit := time.NewTimer(time.Until(deadline))
 	defer limit.Stop()
 	// first[i] is the queue position of the registration on node i once it
@@ -110,7 +111,7 @@ func (l *Locker) RequestLeadership(ctx context.Context, key, reason string) erro
 			return l.RequestRelease(ctx, key, reason)
 		}
 		return invalid("RequestLeadership(%q): its Campaign is first on %d of %d nodes, fewer than a quorum (%d), after %v: the leader was not asked",
-			key, moved, n, l.quorum, 3*l.nodeTimeout(DefaultTTL))
+			key, moved, n, l.quorum, wait)
 	}
 }
 
