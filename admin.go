@@ -386,7 +386,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 					members, _ := ms.([]any)
 					var held int64
 					for _, m := range members {
-						n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false)
+						n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false, nil)
 						if err != nil {
 							return held, err
 						}
@@ -400,7 +400,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 				if v == nil {
 					return 0, nil
 				}
-				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false)
+				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false, nil)
 				if err != nil || n == 1 {
 					return n, err
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,11 +147,17 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	// The round's command per node and its late answers: one allocation.
 	late := &lateAcquire{ks: ks, token: token, ttl: cfg.ttl, cmd: attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
 		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}}
-	switch cmd := &late.cmd; {
+	cmd := &late.cmd
+	cmd.copies = perNode(cmd.oneCopy[:], n)
+	switch {
+	case regs == nil && cfg.plain() && n > 1:
+		// On a Redlock the holder's fence is recorded with the hold (see
+		// lock.lua's KEYS[4]).
+		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeysRecorded(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
 	case regs == nil && cfg.plain():
 		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
 	case regs == nil:
-		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // the same for every node
+		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // a copy per node on a Redlock (see own)
 	}
 	late.decided.Add(1)
 
@@ -217,6 +224,10 @@ type attemptCmd struct {
 	// not register.
 	lock, args []any
 	lockBuf    [script.LockCommandLen]any // lock's array
+	// copies counts the copies of the command written to each node
+	// (oneCopy's on one Redis).
+	copies  []attemptCopies
+	oneCopy [1]attemptCopies
 }
 
 // run sends the attempt's command to node i: lock.lua for a plain lock that
@@ -228,29 +239,51 @@ type attemptCmd struct {
 // ctx, the second can end up to a node timeout after it); else the shape's
 // script (acquire.lua, semaphore.lua or shared.lua: AcquireArgs.Script).
 func (a *attemptCmd) run(ctx context.Context, i int, c node.Conn) (script.AcquireReply, error) {
-	r, err := a.send(ctx, i, c)
+	cp := &a.copies[i]
+	r, err := a.send(ctx, i, c, cp)
 	if err != nil {
 		err = a.undoRefusedWait(ctx, i, c, err) // WithReplicaAck on a server without WAIT
 	}
+	r.Again = cp.N() > 1 || (cp.other != nil && cp.other.N() > 1)
 	return r, err
 }
 
+// attemptCopies counts the copies written of an attempt's command on one
+// node (see node.Copies): lock.lua's or the shape's script's, and the
+// shape's script's after lock.lua answered Other.
+type attemptCopies struct {
+	node.Copies
+	other *node.Copies
+}
+
+// own returns args as the command of node i alone: args itself on one
+// node (an attempt's command is its own), else a copy.
+func (a *attemptCmd) own(args []any) []any {
+	if len(a.copies) == 1 {
+		return args
+	}
+	return slices.Clone(args)
+}
+
 // send is run's command on node i.
-func (a *attemptCmd) send(ctx context.Context, i int, c node.Conn) (script.AcquireReply, error) {
+func (a *attemptCmd) send(ctx context.Context, i int, c node.Conn, cp *attemptCopies) (script.AcquireReply, error) {
 	asked := a.l.servers.ask(ctx, i, c) // once the node's run id is known, nothing
 	defer asked()
 	if a.lock != nil {
-		r, err := a.l.runAcquire(ctx, c, a.timeout, script.Lock, a.lock)
+		r, err := a.l.runAcquire(ctx, c, a.timeout, script.Lock, a.own(a.lock), &cp.Copies)
 		if err != nil || r.OK || r.PTTL != script.Other {
 			return r, err
 		}
 		if err := ctx.Err(); err != nil {
 			return r, err // out of time for the second command
 		}
+		cp.other = &node.Copies{} // the shape's script: a command of its own
 	}
 	args := a.args
 	switch {
-	case args == nil && a.regs == nil:
+	case args != nil:
+		args = a.own(args)
+	case a.regs == nil:
 		args = a.argv.Command(a.nm.AcquireKeys())
 	case a.regs != nil:
 		reg := a.regs[i]
@@ -264,13 +297,17 @@ func (a *attemptCmd) send(ctx context.Context, i int, c node.Conn) (script.Acqui
 			args = a.argv.WaiterCommand(a.nm.AcquireKeys(), w)
 		}
 	}
-	return a.l.runAcquire(ctx, c, a.timeout, a.argv.Script(), args)
+	if cp.other != nil {
+		return a.l.runAcquire(ctx, c, a.timeout, a.argv.Script(), args, cp.other)
+	}
+	return a.l.runAcquire(ctx, c, a.timeout, a.argv.Script(), args, &cp.Copies)
 }
 
 // runAcquire runs an acquisition's script (lock.lua or the shape's) on one
-// node and reads its answer.
-func (l *Locker) runAcquire(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any) (script.AcquireReply, error) {
-	v, err := l.runScript(ctx, c, timeout, s, args)
+// node and reads its answer; cp counts the copies of args written (args is
+// the node's own).
+func (l *Locker) runAcquire(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any, cp *node.Copies) (script.AcquireReply, error) {
+	v, err := l.runScriptCounted(ctx, c, timeout, s, args, cp)
 	if err != nil {
 		return script.AcquireReply{}, err
 	}
@@ -301,7 +338,7 @@ func (r *attemptResult) classify(l *Locker, cfg lockConfig, nm *keys.Names, ks *
 		effects[i] = effUnknown
 	}
 	for _, rs := range results {
-		effects[rs.Node] = l.effectOf(rs.Node, rs.Err, rs.Val.OK)
+		effects[rs.Node] = l.effectOf(rs.Node, rs.Err, rs.Val.OK, rs.Val.Again)
 		answered[rs.Node] = true
 		switch {
 		case rs.Err != nil:
@@ -442,7 +479,7 @@ func (a *lateAcquire) Run(ctx context.Context, i int, c node.Conn) (script.Acqui
 func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 	a.decided.Wait()
 	l := a.cmd.l
-	e := l.effectOf(r.Node, r.Err, r.Val.OK)
+	e := l.effectOf(r.Node, r.Err, r.Val.OK, r.Val.Again)
 	if a.ks != nil {
 		a.ks.lateAnswer(r.Node, a.cmd.regs[r.Node], e, r.Val.Pos)
 	}
@@ -537,13 +574,27 @@ var errNotAcked = errors.New("not acknowledged by enough replicas in time (WAIT)
 // writes of its own connection), until enough replicas have the write, and
 // fails with errNotAcked if they do not within most of timeout.
 func (l *Locker) runScript(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any) (any, error) {
+	return l.runScriptCounted(ctx, c, timeout, s, args, nil)
+}
+
+// runScriptCounted is runScript, with the copies of the command written
+// counted by cp unless it is nil (see script.RunCounted: args must then be
+// the caller's own).
+func (l *Locker) runScriptCounted(ctx context.Context, c node.Conn, timeout time.Duration, s *script.Script, args []any, cp *node.Copies) (any, error) {
 	if l.cfg.replicaAck == 0 {
-		return runOn(ctx, c, s, args)
+		return runOnCounted(ctx, c, s, args, cp)
+	}
+	if cp != nil {
+		args = s.Counted(args, cp, false)
 	}
 	waitMS := max(timeout.Milliseconds()*3/4, 1) // 0 would wait forever
 	cmd, wait := c.DoWait(ctx, args, l.cfg.replicaAck, waitMS)
 	if node.HasErrorPrefix(cmd.Err, "NOSCRIPT") {
-		cmd, wait = c.DoWait(ctx, s.Eval(args), l.cfg.replicaAck, waitMS)
+		e := s.Eval(args)
+		if cp != nil {
+			e = s.EvalCounted(args, cp)
+		}
+		cmd, wait = c.DoWait(ctx, e, l.cfg.replicaAck, waitMS)
 	}
 	if cmd.Err != nil {
 		return nil, noScripting(cmd.Err)

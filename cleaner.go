@@ -72,7 +72,7 @@ func (l *Locker) cleanRelease(i int) func(j *cleanup.Job, wake, bury bool) (answ
 		// its own: the call can then run inline, through the node's
 		// batcher, after every command sent through it before.)
 		_, err, ok, _ := quorum.Call(l.bg, l.nodes[i], timeout, func(ctx context.Context, rc node.Conn) (int64, error) {
-			return l.runRelease(ctx, i, rc, j.Names, j.Expected, j.Leaving, wake, anyShape, bury)
+			return l.runRelease(ctx, i, rc, j.Names, j.Expected, j.Leaving, wake, anyShape, bury, nil)
 		}, nil)
 		return ok && err == nil, errors.Is(err, node.ErrClosed) || permanent(err) && !l.slotMoving(i, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/node"
@@ -37,25 +39,39 @@ type Handoff struct {
 // ErrLockLost), Extend and Release send nothing and return an error
 // wrapping ErrNotHeld that says the lock was detached, and Locker.Close no
 // longer releases it. A hook hears of the end of the lock as EventReleased.
-// Detach on a lock that had already ended (released, lost, detached)
-// returns the same Handoff and does nothing else; Adopt will then tell
-// whether the key is still held by the token.
+//
+// Once Detach returns, this process sends nothing more that could end the
+// hold, whatever runs at the same time (Close, Release, a renewal, the
+// lock's loss): a lock that had already ended (lost, released, or closed by
+// Close) is detached too, Detach first waiting for a release under way to
+// end and dropping the clean-ups still due for the token (a lost lock's
+// key is otherwise released once it would have expired). Its Handoff is
+// then the same; Adopt tells whether the key is still held by the token
+// (a release that ran first freed it, and Adopt returns ErrNotHeld).
+// Detach twice returns the same Handoff and does nothing more.
 //
 // A command of this lock that a node did not answer may still run there
-// later (a frozen node that resumes), setting the key's TTL to this lock's
-// TTL from then: an adopter whose TTL is no longer than this lock's is not
-// shortened by it.
+// later (a frozen node that resumes): it never moves the key's expiry
+// earlier, so an adopter is never cut short by it.
 func (k *Lock) Detach() Handoff {
 	h := Handoff{Key: k.key, Token: k.Token(), Fence: k.fence, Limit: k.limit, Shared: k.shared}
 	_ = k.takeOps(context.Background()) // never fails without a deadline
 	k.mu.Lock()
 	h.TTL = k.ttl
-	if k.lost || k.released {
+	was := k.state
+	if was == stateDetached {
 		k.mu.Unlock()
 		k.giveOps()
 		return h
 	}
-	k.released, k.detached = true, true
+	k.state = stateDetached // from held, or from another end (see lockState)
+	if was != stateHeld {
+		rel := k.rel
+		k.mu.Unlock()
+		k.giveOps()
+		k.dropCleanups(rel)
+		return h
+	}
 	k.endLost()
 	k.stopTimers()
 	fns := k.onLostFns
@@ -74,14 +90,43 @@ func (k *Lock) Detach() Handoff {
 	return h
 }
 
+// dropCleanups, for a lock detached after it had ended, waits for its
+// release round rel (if any) to end, then drops the clean-ups due for its
+// token on every node, waiting for one under way (see cleanup.Cancel): none
+// may end the hold that an adopter takes on.
+func (k *Lock) dropCleanups(rel *releaseRound) {
+	if rel != nil {
+		k.mu.Lock()
+		if !rel.finished {
+			if rel.done == nil {
+				rel.done = make(chan struct{})
+			}
+			done := rel.done
+			k.mu.Unlock()
+			<-done
+		} else {
+			k.mu.Unlock()
+		}
+	}
+	for _, c := range k.l.cleaners {
+		c.Cancel(k.Token())
+	}
+}
+
 // detachedErr is the error of Extend and Release on a detached lock, nil
 // for one that is not.
 func (k *Lock) detachedErr(verb string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.detached {
+	if k.state != stateDetached {
 		return nil
 	}
+	return k.detachedError(verb)
+}
+
+// detachedError is the error of Extend and Release (verb) on a detached
+// lock.
+func (k *Lock) detachedError(verb string) error {
 	return fmt.Errorf("%w: %s %q: detached (see Lock.Detach): this *Lock no longer acts on the hold", ErrNotHeld, verb, k.key)
 }
 
@@ -139,6 +184,22 @@ func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOptio
 	return k, err
 }
 
+// adoptError is err, a failure of Adopt's round (whose text names the
+// key), said once: "dlock: adopt: " and err's text without its own "dlock:
+// " (it still matches what err matches).
+func adoptError(err error) error {
+	return &prefixedError{msg: "dlock: adopt: " + strings.TrimPrefix(err.Error(), "dlock: "), err: err}
+}
+
+// prefixedError is err with another text.
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }
+
 // checkToken reports a token that no Lock of dlock can have.
 func checkToken(token string) error {
 	if len(token) != 32 {
@@ -177,10 +238,16 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 	start := time.Now()
 	results, missing, reply, agreed, recorded := k.adoptFanout(ctx, cfg.ttl, l.nodeTimeout(cfg.ttl))
 	k.fence, k.metadata = reply.Fence, reply.Metadata
-	free, err := k.settleRound(cfg.ttl, start, false, results, missing, func() { close(recorded) })
+	if agreed && reply.Limit != limitArg(k.limit, k.shared) {
+		// SetLimit moved the semaphore's limit: the permit is one of the
+		// new limit, renewed with its quorum.
+		k.limit, _ = strconv.Atoi(reply.Limit)
+		k.quorum = l.quorumFor(k.limit)
+	}
+	free, err := k.settleRound(cfg.ttl, start, results, missing, func() { close(recorded) })
 	k.giveOps()
 	if err != nil {
-		return nil, fmt.Errorf("dlock: adopt: %w", err)
+		return nil, adoptError(err)
 	}
 	if !agreed {
 		// A quorum holds the token, but no quorum tells one fence: the
@@ -218,9 +285,11 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 	l := k.l
 	recorded := make(chan struct{})
 	args := script.AdoptArgs{Token: k.tokenArg, TTL: l.ttlArg(ttl), Retention: l.retentionArg, Limit: limitArg(k.limit, k.shared)}
-	cmd := args.Command(k.names.ExtendKeys())
-	fence := func(r quorum.Result[script.AdoptReply]) (uint64, bool) {
-		return r.Val.Fence, r.Err == nil && r.Val.Held == 1
+	cmd := args.Command(k.names.AdoptKeys())
+	fence := func(r quorum.Result[script.AdoptReply]) (string, bool) {
+		// One fence and one limit (a limit SetLimit moved on some nodes
+		// only is no agreement).
+		return strconv.FormatUint(r.Val.Fence, 10) + " " + r.Val.Limit, r.Err == nil && r.Val.Held == 1
 	}
 	rs, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c node.Conn) (script.AdoptReply, error) {
@@ -235,9 +304,9 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 		},
 		quorum.LateFunc[script.AdoptReply](func(r quorum.Result[script.AdoptReply]) {
 			<-recorded
-			k.lateAnswer(r.Node, l.effectOf(r.Node, r.Err, r.Val.Held == 1))
+			k.lateAnswer(r.Node, l.effectOf(r.Node, r.Err, r.Val.Held == 1, false))
 		}))
-	counts := make(map[uint64]int, len(rs))
+	counts := make(map[string]int, len(rs))
 	var reply script.AdoptReply
 	agreed := false
 	results := make([]quorum.Result[int64], len(rs))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 // A Lock is one acquisition of a named lock. Its methods are safe for
@@ -48,14 +49,19 @@ type Lock struct {
 	// are released without one): closed, or closedCh, once the lock is
 	// lost or released.
 	lostCh chan struct{}
-	// lost: ownership ended while held (or Close took the lock back).
-	// detached: Detach ended it here, without a release (released is set
-	// too: the lock is dead to this process, and nothing is cleaned up).
-	lost, released, detached bool
+	// state is where the lock is in its life (see lockState); relBegun is
+	// set once a Release began (after a loss too: the key is released).
+	state    lockState
+	relBegun bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound
 	firstRel releaseRound
+	// firstRun is the first release round's runner, and oneRelCopy its
+	// count of the copies written of its command on one Redis (see
+	// newReleaseRunner).
+	firstRun   releaseRunner
+	oneRelCopy [1]node.Copies
 	// releaseSent is set once the first release round is sent: answers
 	// that come later find the lock dead. answered, while Release waits
 	// for pending answers before sending (see awaitAnswers), is closed
@@ -170,7 +176,7 @@ func (k *Lock) Lost() <-chan struct{} {
 	defer k.mu.Unlock()
 	if k.lostCh == nil {
 		k.lostCh = closedCh
-		if !k.lost && !k.released {
+		if k.alive() {
 			k.lostCh = make(chan struct{})
 		}
 	}

@@ -18,15 +18,14 @@ func lostMargin(ttl time.Duration) time.Duration { return min(ttl/20, 50*time.Mi
 // lock may still run, are cleaned up once the key would have expired anyway.
 func (k *Lock) markLost(cause error) {
 	k.mu.Lock()
-	if k.lost || k.released {
+	if !k.end(stateLost) {
 		k.mu.Unlock()
 		return
 	}
-	k.lost = true
 	k.endLost()
 	k.stopTimers()
 	for i := range k.nodes {
-		k.cleanLeftovers(i, false)
+		k.cleanLeftovers(i, false, false)
 	}
 	fns := k.onLostFns
 	k.onLostFns = nil
@@ -63,12 +62,12 @@ func (k *Lock) forget() {
 // with the cause of the loss.
 func (k *Lock) onLost(f func(cause error)) {
 	k.mu.Lock()
-	if k.lost {
+	if k.state == stateLost {
 		k.mu.Unlock()
 		f(ErrLockLost)
 		return
 	}
-	if !k.released {
+	if k.alive() {
 		k.onLostFns = append(k.onLostFns, f)
 	}
 	k.mu.Unlock()
@@ -77,5 +76,5 @@ func (k *Lock) onLost(f func(cause error)) {
 func (k *Lock) wasLost() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.lost
+	return k.state == stateLost
 }

@@ -86,7 +86,7 @@ func (a *attemptCmd) undoRefusedWait(ctx context.Context, i int, c node.Conn, er
 	if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Msg, "WithReplicaAck needs WAIT") {
 		return err
 	}
-	if _, relErr := a.l.runRelease(ctx, i, c, a.nm, a.argv.Token, "", true, anyShape, false); relErr != nil {
+	if _, relErr := a.l.runRelease(ctx, i, c, a.nm, a.argv.Token, "", true, anyShape, false, nil); relErr != nil {
 		return err
 	}
 	return &commandError{rerr.Msg + "; what the script wrote was released"}

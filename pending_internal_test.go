@@ -30,7 +30,7 @@ func isRelease(cmd redis.Cmder) bool {
 		return false
 	}
 	for _, s := range []*script.Script{script.Release, script.Unlock} {
-		if a[1] == s.SHA() || a[1] == s.Source() {
+		if n := fmt.Sprint(a[1]); n == s.SHA() || n == s.Source() {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,7 +121,7 @@ func (h *heldAttempts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func (h *heldAttempts) hold(cmd redis.Cmder) bool {
 	d := time.Duration(h.delay.Load())
-	if args := cmd.Args(); d == 0 || cmd.Name() != "evalsha" || len(args) < 2 || args[1] != script.Acquire.SHA() {
+	if args := cmd.Args(); d == 0 || cmd.Name() != "evalsha" || len(args) < 2 || fmt.Sprint(args[1]) != script.Acquire.SHA() {
 		return false
 	}
 	time.Sleep(d)

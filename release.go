@@ -46,14 +46,19 @@ func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return fmt.Errorf("%w: Release on a nil *Lock", ErrNotHeld)
 	}
-	if err := k.detachedErr("release"); err != nil {
-		return err
-	}
 	return k.release(ctx).err
 }
 
+// release runs (or joins) a release round of k and returns it. A detached
+// lock sends nothing: its round is finished at once with the error of
+// Release on a detached lock (see Detach).
 func (k *Lock) release(ctx context.Context) *releaseRound {
 	k.mu.Lock()
+	if k.state == stateDetached {
+		k.mu.Unlock()
+		err := k.detachedError("release")
+		return &releaseRound{finished: true, err: err, roundErr: err}
+	}
 	if r := k.rel; r != nil {
 		if !r.finished {
 			if r.done == nil {
@@ -75,11 +80,11 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 		r = &releaseRound{}
 	}
 	k.rel = r
-	wasLost, acquiredAt := k.lost, k.events.acquiredAt
-	first := !k.released
+	wasLost, acquiredAt := k.state == stateLost, k.events.acquiredAt
+	first := !k.relBegun
 	if first {
-		k.released = true
-		if !k.lost {
+		k.relBegun = true
+		if k.end(stateReleased) {
 			k.endLost()
 		}
 		k.stopTimers()
@@ -134,7 +139,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 // release is marked as sent when it returns.
 func (k *Lock) awaitAnswers(timeout time.Duration) {
 	k.mu.Lock()
-	if k.releaseSent || k.lost || len(k.nodes) == 1 || !k.pendingFromLive() {
+	if k.releaseSent || k.state == stateLost || len(k.nodes) == 1 || !k.pendingFromLive() {
 		k.releaseSent = true
 		k.mu.Unlock()
 		return
@@ -167,28 +172,21 @@ func (k *Lock) pendingFromLive() bool {
 // releaseRound deletes the key on every node where it holds the token, and
 // has the nodes it could not confirm, or where a command of the lock may
 // still run, cleaned up in the background.
+//
+// A release may run twice (a client that sent it again after its
+// connection failed, an extra's resend), or run in an earlier round whose
+// answer was lost: a node whose release was written more than once, or
+// went unanswered before, and that now finds the key no longer holding the
+// token, counts as released, not as taken, when the lock was still valid
+// as the round began (its key could not have expired, nor been taken
+// without an administrator's ForceRelease or a loss of Redis' data, before
+// that release ran).
 func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
 	timeout := max(l.nodeTimeout(ttl), 100*time.Millisecond)
 	k.awaitAnswers(timeout)
-	// A plain lock of a Locker that never waited sends unlock.lua, which
-	// finds no waiters most of the time (and needs a TTL within the
-	// counter's retention); release.lua otherwise.
-	shape := anyShape
-	if k.short() && ttl <= l.cfg.fenceRetention {
-		shape = plainInRetention
-	} else if k.metadata == "" {
-		shape = noMetadata
-	}
-	var run quorum.Runner[int64] = (*leanRelease)(k) // no allocation on the everyday path
-	if shape != plainInRetention || l.waitedBefore() {
-		run = quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
-			return l.whileSlotMoves(ctx, i, func() (int64, error) {
-				return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, shape, false)
-			})
-		})
-	}
+	run := k.newReleaseRunner(ttl)
 	results, missing := quorum.Fanout(ctx, l.nodes, timeout, run,
 		func(rs []quorum.Result[int64], suspects int) bool {
 			// Every node that is answering: a node left holding the key
@@ -203,7 +201,15 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	}
 	k.mu.Lock()
 	for i := range k.nodes {
-		k.cleanLeftovers(i, answered[i])
+		k.cleanLeftovers(i, answered[i], answered[i] && run.bury != nil && run.bury[i])
+	}
+	for _, r := range results {
+		if run.copies[r.Node].N() > 1 || r.Err != nil && mayHaveRun(l.nodes[r.Node], r.Err) {
+			k.nodes[r.Node].released = true
+		}
+	}
+	for _, m := range missing {
+		k.nodes[m.Node].released = true
 	}
 	k.mu.Unlock()
 	switch class := o.class(ErrNotHeld); class {
@@ -216,22 +222,90 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	}
 }
 
-// leanRelease is a Lock as the Runner of its release round with
-// unlock.lua (runUnlock).
-type leanRelease Lock
+// releaseRunner is a release round's command on each node (see
+// releaseRound): unlock.lua for a plain lock of a Locker that never waited,
+// which finds no waiters most of the time (and needs a TTL within the
+// counter's retention); release.lua otherwise.
+type releaseRunner struct {
+	k     *Lock
+	lean  bool
+	shape releaseShape
+	// copies counts the copies of each node's command written; earlier
+	// tells the nodes where a release of an earlier round, or of this one
+	// written more than once, may have run, valid whether the lock was
+	// valid as the round began (see releaseRound).
+	copies  []node.Copies
+	earlier []bool
+	valid   bool
+	// bury tells the nodes where a command of the lock may still run (one
+	// not answered, or written more than once): the release buries the
+	// token there (release.lua), so that the command, run late, is refused.
+	bury []bool
+}
 
-// Run releases the lock on node i with unlock.lua.
-func (r *leanRelease) Run(ctx context.Context, i int, c node.Conn) (int64, error) {
-	k := (*Lock)(r)
-	return k.l.whileSlotMoves(ctx, i, func() (int64, error) { return k.l.runUnlock(ctx, i, c, k.names, k.tokenArg) })
+// newReleaseRunner returns the runner of a release round of k with this
+// TTL.
+func (k *Lock) newReleaseRunner(ttl time.Duration) *releaseRunner {
+	l := k.l
+	n := len(l.nodes)
+	k.mu.Lock()
+	r := &k.firstRun // the first round: no allocation on one Redis
+	if r.k == nil {
+		r.copies = perNode(k.oneRelCopy[:], n)
+	} else {
+		r = &releaseRunner{copies: make([]node.Copies, n)}
+	}
+	r.k, r.shape = k, anyShape
+	if k.short() && ttl <= l.cfg.fenceRetention {
+		r.shape = plainInRetention
+		r.lean = !l.waitedBefore()
+	} else if k.metadata == "" && n == 1 {
+		r.shape = noMetadata // (a Redlock's hold records its fence there)
+	}
+	r.valid = time.Now().Before(k.validUntil)
+	for i := range k.nodes {
+		if k.nodes[i].released {
+			if r.earlier == nil {
+				r.earlier = make([]bool, n)
+			}
+			r.earlier[i] = true
+		}
+		if k.nodes[i].unknown > 0 || k.nodes[i].again {
+			if r.bury == nil {
+				r.bury = make([]bool, n)
+			}
+			r.bury[i] = true
+		}
+	}
+	k.mu.Unlock()
+	return r
+}
+
+// Run releases the lock on node i.
+func (r *releaseRunner) Run(ctx context.Context, i int, c node.Conn) (int64, error) {
+	k := r.k
+	l := k.l
+	cp := &r.copies[i]
+	bury := r.bury != nil && r.bury[i]
+	v, err := l.whileSlotMoves(ctx, i, func() (int64, error) {
+		if r.lean && !bury {
+			return l.runUnlock(ctx, i, c, k.names, k.tokenArg, cp)
+		}
+		return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, r.shape, bury, cp)
+	})
+	if err == nil && v == 0 && r.valid && (cp.N() > 1 || r.earlier != nil && r.earlier[i]) {
+		v = 1 // an earlier copy released it (see releaseRound)
+	}
+	return v, err
 }
 
 // runUnlock releases a plain lock on node i with unlock.lua, and with
 // release.lua, which wakes the next waiter, if unlock.lua found waiters
 // (one round trip more, when a Locker that never waited releases a lock
-// that others wait for).
-func (l *Locker) runUnlock(ctx context.Context, i int, c node.Conn, nm *keys.Names, token any) (int64, error) {
-	v, err := runOn(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token))
+// that others wait for). cp counts the copies of the first command
+// written, and of the second too (either may have run).
+func (l *Locker) runUnlock(ctx context.Context, i int, c node.Conn, nm *keys.Names, token any, cp *node.Copies) (int64, error) {
+	v, err := runOnCounted(ctx, c, script.Unlock, script.UnlockCommand(nm.UnlockKeys(), token), cp)
 	n, err := script.IntReply("unlock", v, err)
 	if err != nil || n != script.Other {
 		return n, err
@@ -239,7 +313,12 @@ func (l *Locker) runUnlock(ctx context.Context, i int, c node.Conn, nm *keys.Nam
 	if err := ctx.Err(); err != nil {
 		return 0, err // out of time for the second command (see attemptCmd.run)
 	}
-	return l.runRelease(ctx, i, c, nm, token, "", true, plainInRetention, false)
+	var second node.Copies
+	n, err = l.runRelease(ctx, i, c, nm, token, "", true, plainInRetention, false, &second)
+	if second.N() > 1 {
+		cp.Again() // counted as the first's: a copy may have run
+	}
+	return n, err
 }
 
 // noSlotTag is release.lua's slot tag off a Cluster.
@@ -274,8 +353,9 @@ const (
 // the release knows of the lock (plainInRetention: the counter, whose life
 // every acquisition and renewal set to the retention, needs no change);
 // bury whether to leave a tombstone for expected, a dead token of which a
-// command may still run (see cleaner).
-func (l *Locker) runRelease(ctx context.Context, i int, c node.Conn, nm *keys.Names, expected any, leaving string, wake bool, shape releaseShape, bury bool) (int64, error) {
+// command may still run (see cleaner); cp, unless nil, counts the copies of
+// the command written.
+func (l *Locker) runRelease(ctx context.Context, i int, c node.Conn, nm *keys.Names, expected any, leaving string, wake bool, shape releaseShape, bury bool, cp *node.Copies) (int64, error) {
 	var w, m, tomb, life any = "0", "1", "0", l.retentionArg
 	if wake {
 		w = "1"
@@ -292,6 +372,6 @@ func (l *Locker) runRelease(ctx context.Context, i int, c node.Conn, nm *keys.Na
 	wk := l.waker(i, nm)
 	argv := script.ReleaseArgs{Expected: expected, InboxPrefix: wk.InboxPrefix, Reserve: wk.Reserve, Leaving: leaving,
 		Wake: w, Metadata: m, Listeners: wk.Listeners, Bury: tomb, Retention: life, SlotTag: wk.SlotTag}
-	v, err := runOn(ctx, c, script.Release, argv.Command(nm.ReleaseKeys()))
+	v, err := runOnCounted(ctx, c, script.Release, argv.Command(nm.ReleaseKeys()), cp)
 	return script.IntReply("release", v, err)
 }

@@ -11,23 +11,29 @@ import (
 	"github.com/dlock-dev/dlock/internal/script"
 )
 
-// Extend sets the lock's TTL to ttl from now, on every node, if the caller
-// still owns it; later auto-renewals use the new TTL too. It returns an error
-// wrapping ErrNotHeld (and Lost closes) if the lock is no longer ours, or was
-// released or detached (see Detach: nothing is sent then). It waits for a
-// renewal under way to finish first, and returns ctx's error if ctx ends
-// meanwhile (nothing was sent then).
+// Extend makes the lock's key live at least ttl from now on every node, if
+// the caller still owns it, and sets the lock's TTL to ttl: its validity is
+// counted from the start of this call with ttl, and later auto-renewals use
+// ttl too. It returns an error wrapping ErrNotHeld (and Lost closes) if the
+// lock is no longer ours, or was released or detached (see Detach: nothing
+// is sent then). It waits for a renewal under way to finish first, and
+// returns ctx's error if ctx ends meanwhile (nothing was sent then).
+//
+// No command of dlock moves a key's expiry earlier: an Extend to a shorter
+// TTL than the key has left keeps the later expiry on the nodes (the
+// shorter TTL takes effect as the longer one runs out, renewal by
+// renewal), so that if the holder dies right after it, the key is held
+// until the longer TTL ends. The reason is a command that runs late: a
+// client that sent a command again after its connection failed, or a copy
+// held up on the way, may run the first copy of an earlier command after
+// later ones; were a command allowed to shorten the TTL, that copy could
+// cut the key short while the holder's validity, counted from a later
+// command, runs on, and let a second holder in.
 //
 // Any other error (a node that did not answer, for example) means the new
 // TTL may or may not have been applied: the command may still run in Redis,
-// even after later ones. Extend then assumes the worst. A longer TTL changes
-// nothing (the lock is held until its current validity runs out, as
-// before). A shorter TTL caps the lock's validity on that node at what that
-// TTL gives from the start of the call, and Lost closes before then, unless
-// the node has meanwhile answered every command sent to it and confirmed a
-// later one (the late answer usually comes for a call that ran on a helper
-// goroutine, on a Redlock or for a wait longer than 1s; for any other it
-// does not, and the lock ends at the cap).
+// even after later ones, and then only lengthens the key's life. The lock
+// stays valid until its current validity runs out, as before.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if k == nil {
 		return fmt.Errorf("%w: Extend on a nil *Lock", ErrNotHeld)
@@ -99,7 +105,7 @@ func (k *Lock) giveOps() {
 func (k *Lock) held() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return !k.lost && !k.released
+	return k.alive()
 }
 
 // extendRound runs extend.lua on every node, waiting at most timeout, and
@@ -109,13 +115,8 @@ func (k *Lock) held() bool {
 // holds, is reported lost; with auto-renewal, a failure is retried soon.
 func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) error {
 	start := time.Now()
-	k.mu.Lock()
-	// A command with a shorter TTL than the lock's may shorten it if it
-	// runs after a later one.
-	shortens := ttl < k.ttl
-	k.mu.Unlock()
-	results, missing, recorded := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
-	free, err := k.settleRound(ttl, start, shortens, results, missing, func() { close(recorded) })
+	results, missing, recorded, _ := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
+	free, err := k.settleRound(ttl, start, results, missing, func() { close(recorded) })
 	if len(free) > 0 {
 		k.regain(ctx, ttl, min(timeout, k.l.nodeTimeout(ttl)), free)
 	}
@@ -128,15 +129,15 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 // error (err); the lock is marked lost, or its next renewal
 // scheduled. free lists the nodes to take back (regain) when a quorum
 // confirmed and others found the key free.
-func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, results []quorum.Result[int64], missing []quorum.Missing, recorded func()) (free []int, err error) {
+func (k *Lock) settleRound(ttl time.Duration, start time.Time, results []quorum.Result[int64], missing []quorum.Missing, recorded func()) (free []int, err error) {
 	l := k.l
 	n := len(l.nodes)
 	bound := start.Add(ttl - drift(ttl))
 	o := l.ownerChecked(k.key, results, missing, k.quorum)
 	k.mu.Lock()
-	k.recordRound(results, nil, start, bound, shortens)
+	k.recordRound(results, nil, bound, nil)
 	recorded()
-	if k.lost || k.released {
+	if !k.alive() {
 		k.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
@@ -157,7 +158,7 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 	if !lost {
 		switch {
 		case err == nil && k.autoRenew:
-			// Every TTL/3, or sooner if a cap left less validity: with the
+			// Every TTL/3, or sooner if less validity is left: with the
 			// locks due then (see renewals). It arms the timer.
 			k.scheduleRenewal(now, min(start.Add(ttl/3).Sub(now), k.validUntil.Sub(now)/3))
 		case err != nil && k.autoRenew:
@@ -200,12 +201,12 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, shortens bool, re
 // after a quorum confirmed the lock (see extend.lua).
 func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []int) {
 	start := time.Now()
-	results, _, recorded := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
+	results, _, recorded, again := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.recordRound(results, free, start, start.Add(ttl-drift(ttl)), false)
+	k.recordRound(results, free, start.Add(ttl-drift(ttl)), again)
 	close(recorded)
-	if !k.lost && !k.released {
+	if k.alive() {
 		k.validUntil = k.computeValidity()
 		k.arm()
 	}
@@ -215,8 +216,12 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 // for all of them), deciding as soon as a quorum confirmed or cannot. Node
 // numbers in the results are the Locker's. Answers that arrive after the
 // round are recorded once the caller has closed the returned channel, which
-// it does after recording the round's own answers.
-func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*quorum.Node, idx []int, regain string) ([]quorum.Result[int64], []quorum.Missing, chan struct{}) {
+// it does after recording the round's own answers. A regain, which may set
+// a free key, counts the copies of its command written to each node (see
+// node.Copies): again tells, per result, one written more than once, whose
+// copy may still set the key later (nil for a renewal, which only sets the
+// key where it holds the token, and never moves its expiry earlier).
+func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*quorum.Node, idx []int, regain string) ([]quorum.Result[int64], []quorum.Missing, chan struct{}, []bool) {
 	l := k.l
 	nodeOf := func(i int) int {
 		if idx == nil {
@@ -230,36 +235,56 @@ func (k *Lock) fanout(ctx context.Context, ttl, timeout time.Duration, nodes []*
 	k.addTo(call, short)
 	cmd := call.Command()
 	need := k.quorum
+	var copies []node.Copies
 	if idx != nil {
 		need = len(idx) // regain: as many as answer in time
+		copies = make([]node.Copies, len(nodes))
 	}
-	results, missing := quorum.Fanout(ctx, nodes, timeout,
-		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
-			v, err := l.runScript(ctx, c, timeout, call.Script(), cmd)
-			vals, errs := script.ExtendReplies(v, err, 1)
-			return vals[0], errs[0]
-		}),
+	run := func(ctx context.Context, i int, c node.Conn) (int64, error) {
+		var v any
+		var err error
+		if copies != nil {
+			v, err = l.runScriptCounted(ctx, c, timeout, call.Script(), call.Script().Counted(cmd, &copies[i], true), &copies[i])
+		} else {
+			v, err = l.runScript(ctx, c, timeout, call.Script(), cmd)
+		}
+		vals, errs := script.ExtendReplies(v, err, 1)
+		return vals[0], errs[0]
+	}
+	results, missing := quorum.Fanout(ctx, nodes, timeout, quorum.RunFunc[int64](run),
 		func(rs []quorum.Result[int64], suspects int) bool {
 			return quorum.Decided(rs, suspects, len(nodes), need, confirmed)
 		},
 		quorum.LateFunc[int64](func(r quorum.Result[int64]) {
 			<-recorded
-			k.lateAnswer(nodeOf(r.Node), l.effectOf(nodeOf(r.Node), r.Err, r.Val == 1))
+			again := copies != nil && copies[r.Node].N() > 1
+			k.lateAnswer(nodeOf(r.Node), l.effectOf(nodeOf(r.Node), r.Err, r.Val == 1, again))
 		}))
+	var again []bool
+	if copies != nil {
+		again = make([]bool, len(results))
+		for j, r := range results {
+			again[j] = copies[r.Node].N() > 1
+		}
+	}
 	for i := range results {
 		results[i].Node = nodeOf(results[i].Node)
 	}
 	for i := range missing {
 		missing[i].Node = nodeOf(missing[i].Node)
 	}
-	return results, missing, recorded
+	return results, missing, recorded, again
 }
 
 // short reports whether the lock's renewals are renew.lua's (two keys, two
 // arguments: see its header), which writes what extend.lua would: a lock
-// (not a semaphore or a shared hold) without metadata. A regain is always
+// (not a semaphore or a shared hold) without metadata, on one Redis (on a
+// Redlock, extend.lua records the holder's fence with the hold, where
+// Adopt reads it: a Redlock's counters move). A regain is always
 // extend.lua's.
-func (k *Lock) short() bool { return k.metadata == "" && k.limit <= 1 && !k.shared }
+func (k *Lock) short() bool {
+	return k.metadata == "" && k.limit <= 1 && !k.shared && len(k.l.nodes) == 1
+}
 
 // addTo adds the lock to an extend.lua call (see script.ExtendCall), short
 // if the call is; the caller holds the lock's ops slot.
@@ -272,19 +297,6 @@ func (k *Lock) addTo(c *script.ExtendCall, short bool) {
 		return
 	}
 	c.Add(k.names.ExtendKeys(), k.tokenArg, k.meta(), limitArg(k.limit, k.shared), k.fenceArg)
-}
-
-// renewable reports whether a renewal can lengthen the validity: on a quorum
-// of nodes, no cap applies at or before it, or one that a renewal can lift.
-// k.mu is held.
-func (k *Lock) renewable() bool {
-	free := 0
-	for _, n := range k.nodes {
-		if n.capAt.IsZero() || n.capAt.After(k.validUntil) || n.unknown == 0 {
-			free++
-		}
-	}
-	return free >= k.quorum
 }
 
 // confirmed reports whether a node confirmed a renewal (extend.lua: 1).
@@ -317,7 +329,7 @@ func (k *Lock) arm() {
 // stuck on slow nodes does not delay the signal.
 func (k *Lock) tick() {
 	k.mu.Lock()
-	if k.lost || k.released {
+	if !k.alive() {
 		k.mu.Unlock()
 		return
 	}
@@ -349,10 +361,7 @@ func (k *Lock) renew() {
 	}
 	defer k.giveOps()
 	k.mu.Lock()
-	if k.lost || k.released || !k.renewable() {
-		// A lock whose validity is capped (an unconfirmed Extend to a
-		// shorter TTL) ends at that cap: renewing it would only keep its
-		// key in Redis past Lost.
+	if !k.alive() {
 		k.mu.Unlock()
 		return
 	}

@@ -243,15 +243,11 @@ func (l *Locker) renewDue(due []dueLock) {
 	for _, d := range due {
 		k := d.k
 		k.mu.Lock()
-		if k.batchAt != d.at || k.lost || k.released {
+		if k.batchAt != d.at || !k.alive() {
 			k.mu.Unlock()
 			continue
 		}
 		k.batchAt = 0
-		if !k.renewable() {
-			k.mu.Unlock() // it ends at its cap (see renew)
-			continue
-		}
 		if !k.tryOps() {
 			// An Extend is under way: renew after it, as renew does.
 			k.scheduleRenew(0)
@@ -383,12 +379,12 @@ func (l *Locker) renewBatch(items []renewItem) {
 		quorum.LateFunc[extendReply](func(r quorum.Result[extendReply]) {
 			<-recorded
 			for j, it := range items {
-				it.k.lateAnswer(r.Node, l.effectOf(r.Node, r.Val.errs[j], r.Val.vals[j] == 1))
+				it.k.lateAnswer(r.Node, l.effectOf(r.Node, r.Val.errs[j], r.Val.vals[j] == 1, false))
 			}
 		}))
 	var regains []func()
 	for j, it := range items {
-		free, _ := it.k.settleRound(it.ttl, start, false, lockResults(buf, results, j), missing, record)
+		free, _ := it.k.settleRound(it.ttl, start, lockResults(buf, results, j), missing, record)
 		if len(free) > 0 {
 			regains = append(regains, func() { it.k.regain(ctx, it.ttl, min(timeout, l.nodeTimeout(it.ttl)), free) })
 		}

@@ -327,7 +327,7 @@ func (r *confirmations) record(sent time.Time, cmd redis.Cmder) {
 
 // isScript reports whether args are the command of s (EVALSHA or EVAL).
 func isScript(args []any, s *script.Script) bool {
-	return len(args) > 2 && (args[1] == s.SHA() || args[1] == any(s.Source()))
+	return len(args) > 2 && (fmt.Sprint(args[1]) == s.SHA() || fmt.Sprint(args[1]) == s.Source())
 }
 
 // extendGroups reads an extend.lua or renew.lua command (EVALSHA or EVAL

@@ -15,7 +15,14 @@ import (
 // builders) with c; an error that shows a server older than
 // MinRedisVersion says so.
 func runOn(ctx context.Context, c node.Conn, s *script.Script, args []any) (any, error) {
-	v, err := s.Run(ctx, c, args)
+	return runOnCounted(ctx, c, s, args, nil)
+}
+
+// runOnCounted is runOn, with the copies of the command written counted by
+// cp unless it is nil (see script.RunCounted: args must then be the
+// caller's own).
+func runOnCounted(ctx context.Context, c node.Conn, s *script.Script, args []any, cp *node.Copies) (any, error) {
+	v, err := s.RunCounted(ctx, c, args, cp)
 	if err != nil && olderServer(err) {
 		err = versionError(ctx, c, err)
 	}

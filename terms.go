@@ -70,7 +70,7 @@ func (k *Lock) refreshTerms() {
 	}
 	defer l.wg.Done()
 	k.mu.Lock()
-	ttl, held := k.ttl, !k.lost && !k.released
+	ttl, held := k.ttl, k.alive()
 	k.mu.Unlock()
 	if !held {
 		return

@@ -72,7 +72,7 @@ func TestLockTimersFire(t *testing.T) {
 	var ts lockTimers
 	defer ts.stop()
 	// Released locks: their tick does nothing.
-	due, moved, later := &Lock{released: true}, &Lock{released: true}, &Lock{released: true}
+	due, moved, later := &Lock{state: stateReleased}, &Lock{state: stateReleased}, &Lock{state: stateReleased}
 	now := time.Now()
 	for _, x := range []struct {
 		k  *Lock
@@ -113,7 +113,7 @@ func TestZeroValidityIsLost(t *testing.T) {
 func TestLockTimersLongPast(t *testing.T) {
 	var ts lockTimers
 	defer ts.stop()
-	zero, other := &Lock{released: true}, &Lock{released: true} // their ticks do nothing
+	zero, other := &Lock{state: stateReleased}, &Lock{state: stateReleased} // their ticks do nothing
 	zero.mu.Lock()
 	ts.set(zero, time.Time{}.Add(-50*time.Millisecond))
 	zero.mu.Unlock()

@@ -1,6 +1,8 @@
 package dlocktest
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -9,8 +11,9 @@ import (
 // A Proxy forwards TCP connections from a loopback port to a server and
 // injects network faults between them: added latency, a black hole (the
 // connection stays open but nothing gets through, as in a partition, until
-// it heals), and reset connections. Give clients Proxy.Addr instead of the
-// server's address. It is a small stand-in for toxiproxy that keeps
+// it heals), reset connections, a command held back and delivered late
+// (HoldBack), and a reply lost (LoseReply). Give clients Proxy.Addr instead
+// of the server's address. It is a small stand-in for toxiproxy that keeps
 // dlocktest free of dependencies.
 type Proxy struct {
 	target string
@@ -28,6 +31,21 @@ type Proxy struct {
 	held   int
 	closed bool
 	wg     sync.WaitGroup
+	// clients are the connections accepted from clients (the others go to
+	// the server); hold and lose are HoldBack's and LoseReply's faults, and
+	// losing maps a server connection whose next reply LoseReply drops to
+	// its client's connection.
+	clients map[net.Conn]bool
+	hold    *heldCopy
+	lose    []byte
+	losing  map[net.Conn]net.Conn
+}
+
+// heldCopy is what HoldBack holds back.
+type heldCopy struct {
+	marker []byte
+	data   []byte
+	got    chan struct{}
 }
 
 // NewProxy starts a proxy to target ("host:port") on a free loopback port.
@@ -37,7 +55,8 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, delay: map[net.Conn]time.Duration{}, healed: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, delay: map[net.Conn]time.Duration{}, healed: make(chan struct{}),
+		clients: map[net.Conn]bool{}, losing: map[net.Conn]net.Conn{}}
 	close(p.healed)
 	p.wg.Add(1)
 	go p.accept()
@@ -106,6 +125,89 @@ func (p *Proxy) Reset() {
 	}
 }
 
+// HoldBack holds back the next data a client sends that contains marker
+// (one command, as a client writes it; its arguments as they go on the
+// wire, e.g. "$4\r\n1234\r\n" for an argument 1234): it is not
+// forwarded, and the connection it came on is reset at once, as when a
+// connection fails behind a write, so that a client that retries (go-redis
+// with its default MaxRetries) sends the command again on a new connection,
+// which goes through. The held copy reaches the server only when the
+// returned deliver is called: it waits until a copy was held (or ctx ends),
+// sends it on a connection of its own, and returns once the server
+// answered it (the answer is dropped). It stands for bytes held up in the
+// network on a connection that the client gave up on, which the server
+// runs late, after commands the client sent since.
+func (p *Proxy) HoldBack(marker string) (deliver func(ctx context.Context) error) {
+	h := &heldCopy{marker: []byte(marker), got: make(chan struct{})}
+	p.mu.Lock()
+	p.hold = h
+	p.mu.Unlock()
+	return func(ctx context.Context) error {
+		select {
+		case <-h.got:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", p.target)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		if _, err := c.Write(h.data); err != nil {
+			return err
+		}
+		_, err = c.Read(make([]byte, 4096))
+		return err
+	}
+}
+
+// LoseReply forwards the next data a client sends that contains marker (see
+// HoldBack), and drops the server's reply to it: the client's connection
+// is reset when the reply arrives, so that the command ran and its client
+// never heard of it (a client that retries sends it again).
+func (p *Proxy) LoseReply(marker string) {
+	p.mu.Lock()
+	p.lose = []byte(marker)
+	p.mu.Unlock()
+}
+
+// fault applies HoldBack's and LoseReply's faults to data read from src,
+// to be written to dst; it reports whether the data must not be forwarded
+// (src's connection is then reset, and dst's closed).
+func (p *Proxy) fault(src, dst net.Conn, data []byte) (drop bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var reset net.Conn
+	switch {
+	case p.clients[src] && p.hold != nil && bytes.Contains(data, p.hold.marker):
+		h := p.hold
+		p.hold = nil
+		h.data = bytes.Clone(data)
+		close(h.got)
+		reset = src
+	case p.clients[src] && p.lose != nil && bytes.Contains(data, p.lose):
+		p.lose = nil
+		p.losing[dst] = src
+		return false
+	case p.losing[src] != nil:
+		reset = p.losing[src]
+		delete(p.losing, src)
+	default:
+		return false
+	}
+	if tc, ok := reset.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = reset.Close()
+	_ = src.Close()
+	_ = dst.Close()
+	return true
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -141,6 +243,7 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.clients[c] = true
 		p.wg.Add(2)
 		p.mu.Unlock()
 		go p.pipe(c, s)
@@ -158,6 +261,10 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		delete(p.conns, dst)
 		delete(p.delay, src)
 		delete(p.delay, dst)
+		delete(p.clients, src)
+		delete(p.clients, dst)
+		delete(p.losing, src)
+		delete(p.losing, dst)
 		p.mu.Unlock()
 		_ = src.Close()
 		_ = dst.Close()
@@ -165,6 +272,9 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && p.fault(src, dst, buf[:n]) {
+			return
+		}
 		if n > 0 {
 			p.mu.Lock()
 			latency, healed, extra := p.latency, p.healed, p.delay[src]

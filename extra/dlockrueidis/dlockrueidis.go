@@ -21,6 +21,7 @@ package dlockrueidis
 
 import (
 	"context"
+	"encoding"
 	"errors"
 	"fmt"
 	"slices"
@@ -170,10 +171,17 @@ func upper(name string) string {
 	return strings.ToUpper(name)
 }
 
+// str is an argument as the text rueidis sends. One that counts the copies
+// of its command written (node.Copies' arguments: see node.Conn) counts one
+// each time a command is built with it, as Do and DoMulti do for every
+// copy they send.
 func str(a any) string {
 	switch x := a.(type) {
 	case string:
 		return x
+	case encoding.BinaryMarshaler:
+		b, _ := x.MarshalBinary() // node.Copies' never fails
+		return string(b)
 	case int:
 		return strconv.Itoa(x)
 	case int64:

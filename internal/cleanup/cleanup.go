@@ -84,6 +84,10 @@ type Cleaner struct {
 	mu      sync.Mutex
 	jobs    map[string]*Job // by Expected
 	running bool
+	// current is the job whose release is under way, if any; done, made
+	// by a Cancel that waits for it, is closed when that release returns.
+	current *Job
+	done    chan struct{}
 	seq     uint64 // the last job's added
 	// While Close waits for the cleaner (see Settle): settled is closed
 	// once it need not wait any more, and unanswered records that a
@@ -133,6 +137,26 @@ func (c *Cleaner) Add(job *Job) {
 	if start {
 		c.cfg.Spawn(c.run)
 	}
+}
+
+// Cancel drops the job named expected, if there is one, and waits for its
+// release if one is under way, so that once it returns the cleaner sends
+// nothing more for it (the token was handed to another process: see the
+// root package's Detach).
+func (c *Cleaner) Cancel(expected string) {
+	c.mu.Lock()
+	delete(c.jobs, expected)
+	for c.current != nil && c.current.Expected == expected {
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
+		done := c.done
+		c.mu.Unlock()
+		<-done
+		c.mu.Lock()
+	}
+	c.notifySettled()
+	c.mu.Unlock()
 }
 
 // Idle reports whether the cleaner has no job and is not running.
@@ -198,10 +222,20 @@ func (c *Cleaner) run() {
 			continue
 		}
 		c.mu.Lock()
+		if c.jobs[j.Expected] != j {
+			c.mu.Unlock() // cancelled meanwhile
+			continue
+		}
 		wake, bury := j.Wake, j.Bury // merges change them under c.mu
+		c.current = j
 		c.mu.Unlock()
 		answered, drop := c.cfg.Release(j, wake, bury)
 		c.mu.Lock()
+		c.current = nil
+		if c.done != nil {
+			close(c.done)
+			c.done = nil
+		}
 		if answered {
 			backoff = 0
 			j.Passes--

@@ -114,6 +114,15 @@ func (n *Names) ExtendKeysShort() []any { return n.Keys[LockKey : FenceKey+1 : F
 // RaiseKeys are raise.lua's KEYS.
 func (n *Names) RaiseKeys() []any { return n.Keys[LockKey : MetaKey+1 : MetaKey+1] }
 
+// LockKeysRecorded are lock.lua's KEYS on a Redlock, where the holder's
+// fence is recorded with the hold: the lock, its counter, its tombstones
+// and its metadata (raise.lua's too).
+func (n *Names) LockKeysRecorded() []any { return n.Keys[LockKey : MetaKey+1 : MetaKey+1] }
+
+// AdoptKeys are adopt.lua's KEYS: extend.lua's five, then the waiting
+// keys (not used) and the old limit.
+func (n *Names) AdoptKeys() []any { return n.Keys[LockKey:] }
+
 // TagEscape starts the hash tag of a key that begins with '}' or with
 // TagEscape itself. Redis hashes the text between the first '{' and the
 // first '}' after it, and hashes the whole name when that text is empty: the

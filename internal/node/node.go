@@ -13,6 +13,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Conn sends commands to one node. Every method is bounded by ctx: its
@@ -238,3 +239,58 @@ type Description struct {
 	// that a command whose connection could not be made never ran.
 	NoRetries bool
 }
+
+// Copies counts the copies of one command that were written to a
+// connection. A command written once and answered ran once; one written
+// twice (a client that sends a command again after its connection failed
+// behind the write: go-redis with MaxRetries, an extra's resend) may run
+// twice, and the copy whose answer was lost may run after later commands
+// of the same lock. dlock puts an argument of a Copies (Args) in a command,
+// in place of the script's SHA1 or source; a Conn writes that argument's
+// bytes, from its MarshalBinary, each time it writes the command (go-redis
+// calls MarshalBinary for every write), so that N counts them. A Conn that
+// holds a copy back to write it later counts it when it takes it, by
+// calling MarshalBinary then.
+// A Copies counts one command (its EVALSHA, and the EVAL after NOSCRIPT,
+// each apart: an EVAL after a NOSCRIPT is no second copy of the EVALSHA):
+// its arguments are set once, before the command is first sent.
+type Copies struct {
+	sha, src copiesArg
+}
+
+// copiesArg is an argument whose writes it counts.
+type copiesArg struct {
+	n atomic.Int32
+	b []byte
+	s string
+}
+
+// MarshalBinary counts one copy written and returns the argument's bytes.
+func (a *copiesArg) MarshalBinary() ([]byte, error) {
+	a.n.Add(1)
+	return a.b, nil
+}
+
+// String is the argument's text (for logs and hooks: it counts nothing).
+func (a *copiesArg) String() string { return a.s }
+
+// Args returns the arguments that c counts, for a script's SHA1 and for
+// its source (EVALSHA's, and EVAL's after NOSCRIPT: a copy of the EVALSHA
+// sent before may still run once EVAL loaded the script), with their bytes
+// and text; the first call sets them, later ones return them.
+func (c *Copies) Args(shaBytes []byte, sha string, srcBytes []byte, src string) (shaArg, srcArg any) {
+	if c.sha.b == nil { // set once: a copy held back may still read them
+		c.sha.b, c.sha.s = shaBytes, sha
+		c.src.b, c.src.s = srcBytes, src
+	}
+	return &c.sha, &c.src
+}
+
+// Again counts one more copy of the command, written by other means than
+// MarshalBinary (another command of the same purpose, whose copy may run
+// as this one's would).
+func (c *Copies) Again() { c.sha.n.Add(2) }
+
+// N is the largest number of copies written so far of the EVALSHA or of
+// the EVAL: more than 1, and a copy may run after the answer came.
+func (c *Copies) N() int { return int(max(c.sha.n.Load(), c.src.n.Load())) }

@@ -83,8 +83,10 @@ if waiter == '' then
       return onSet(v)
     end
     if v == token then
-      -- A retried command whose first reply was lost.
-      redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+      -- A copy that ran before (see grant.lua's done): no expiry earlier.
+      if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+        redis.call('PEXPIRE', KEYS[2], ARGV[2])
+      end
       granted = true
     end
   end
@@ -102,7 +104,9 @@ else
     if bad then
       return bad
     end
-    redis.call('SET', KEYS[2], token, 'PX', ARGV[2])
+    if v ~= token or redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[2]) -- ours already: no expiry earlier
+    end
     granted = true
   end
 end

@@ -1,56 +1,87 @@
 -- adopt.lua: take on a hold that another process (or another Locker)
 -- acquired, given its token: extend.lua's work for one group (one lock), with
--- the holder's fence and metadata read on this node first, and both
--- returned, so that Adopt is one round trip. It writes only what
--- extend.lua writes for the holder (the lock's TTL, the counter's life,
--- the holder's entries in the metadata hash); it never takes a free key.
+-- the hold's shape checked and its fence and metadata read on this node
+-- first, and returned, so that Adopt is one round trip. It writes only what
+-- extend.lua writes for the holder (the lock's TTL, never moved earlier; the
+-- counter's life; the holder's entries in the metadata hash: its fence
+-- recorded there); it never takes a free key.
 --
--- KEYS, extend.lua's group of five of the keys that every script takes in
--- one order (see internal/keys):
+-- KEYS, a run of the order that every script takes its keys in (see
+-- internal/keys): extend.lua's group of five, then three more:
 -- KEYS[1] lock key       prefix{K} (a string; a sorted set of permits)
 -- KEYS[2] fence counter  prefix{K}:fence
 -- KEYS[3] tombstones     prefix{K}:dead
 -- KEYS[4] metadata       prefix{K}:meta ("f:" .. token -> the holder's fence)
 -- KEYS[5] limit          prefix{K}:limit
+-- KEYS[6] waiter leases  prefix{K}:wexp (not used)
+-- KEYS[7] writers        prefix{K}:writers (not used)
+-- KEYS[8] old limit      prefix{K}:oldlimit ("OLD NEW" after SetLimit)
 -- ARGV[1] token          the owner token of the hold to adopt
 -- ARGV[2] ttl            new TTL in milliseconds, counted from now
 -- ARGV[3] retention      ms the fence counter lives after its last use
 -- ARGV[4] limit          "1" for a lock, n > 1 for a semaphore, "0" for a
 --                        shared hold (as extend.lua's)
 --
--- Returns {r, fence, metadata}. r is extend.lua's group reply: 1 if the
--- token holds the key (a live permit of it) in the shape ARGV[4] names and
--- its TTL was set, 0 if the key holds another value (or all permits are
--- taken, or another shape), -1 if it is free (or the token's permit is
--- gone); a buried token is never set again. fence is the holder's fence (a
+-- Returns {r, fence, metadata, limit}. r is extend.lua's group reply: 1 if
+-- the token holds the key in the shape ARGV[4] names and its TTL was set, 0
+-- if the key holds another value (another owner, all permits taken) or is
+-- held in another shape, -1 if it is free (or the token's permit is gone); a
+-- buried token is never set again. The shape is the key's type and stored
+-- limit: a lock is a string; a permit of n (n > 1) a member of a sorted set
+-- whose limit key holds n, or held OLD NEW where Locker.SetLimit changed n to
+-- NEW (then limit is NEW: the adopted permit is one of NEW); a shared hold a
+-- member of one whose limit key holds "0". fence is the holder's fence (a
 -- decimal string): its "f:" entry (written by grants and renewals of a
--- permit, a shared hold or a holder with metadata, and by raise.lua), else,
--- for a lock, the fence counter once extended (a lock's one holder got the
--- key's latest fence: nothing is granted while it holds the key, and a
--- counter lost meanwhile is set above every fence issued, see extend.lua),
--- "" when r is not 1. metadata is the holder's, "" for none. A permit or
--- shared hold without an "f:" entry (granted by a version before the
--- entry) is an error, before anything is written, as is a key of another
--- type.
+-- permit, a shared hold, a holder with metadata, and a lock on a Redlock, and
+-- by raise.lua), else, for a lock, the fence counter (a lock's one holder got
+-- the key's latest: nothing is granted while it holds the key, and
+-- renew.lua restores a lost counter to it). When neither is there (the
+-- counter was lost, an eviction, and no renewal restored it yet), the
+-- hold's fence is no longer known on this node: a new one is given, the
+-- server's time in microseconds, larger than every fence issued before (the
+-- counter never runs ahead of the clock), recorded from then on as the
+-- hold's. fence is "" when r is not 1. metadata is the holder's, "" for
+-- none. limit is ARGV[4], or NEW for a permit whose limit SetLimit moved. A
+-- permit or shared hold without an "f:" entry (granted by a version before
+-- the entry) is an error, before anything is written, as is a key of
+-- another type.
 local token, limit = ARGV[1], ARGV[4]
 local m = redis.pcall('HMGET', KEYS[4], token, 'f:' .. token)
 if m.err then
   return m -- WRONGTYPE: not written by dlock
 end
 local metadata, fence = m[1] or '', m[2]
+local other = {0, '', '', limit} -- held in another shape
+if limit ~= '1' then
+  local ty = redis.call('TYPE', KEYS[1])['ok']
+  local held = redis.call('GET', KEYS[5])
+  if ty == 'string' then
+    return other
+  end
+  if ty == 'zset' and held and held ~= limit then
+    local was = redis.call('GET', KEYS[8])
+    if limit == '0' or held == '0' or was ~= limit .. ' ' .. held then
+      return other
+    end
+    limit = held -- moved by SetLimit
+  end
+end
 if not fence and limit == '1' then
   local c = redis.pcall('GET', KEYS[2])
   if type(c) == 'table' then
     return c
   end
-  fence = c -- nil when the counter was lost: extend.lua sets it again
+  fence = c
+  if not fence and redis.pcall('GET', KEYS[1]) == token then
+    local t = redis.call('TIME')
+    fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  end
 elseif not fence then
   local s = redis.pcall('ZSCORE', KEYS[1], token)
   local t = redis.call('TIME')
   if type(s) == 'string' and tonumber(s) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
     return redis.error_reply('dlock: adopt.lua: no fence recorded for this permit (granted by an older dlock): adopt it after its first renewal')
   end
-  fence = '1' -- not a live permit of the token here: extend.lua refuses it
 end
 
 -- extendScript is extend.lua, run with its own KEYS and ARGV (as
@@ -59,15 +90,13 @@ local function extendScript(KEYS, ARGV)
   -- #include extend.lua
 end
 
-local out = extendScript(KEYS, {ARGV[2], '0', ARGV[3], token, metadata, limit, fence or '1'})
+local out = extendScript({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]},
+  {ARGV[2], '0', ARGV[3], token, metadata, limit, fence or '1'})
 local r = out[1]
 if type(r) == 'table' then
   return r -- an error reply of the group
 end
 if r ~= 1 then
-  return {r, '', ''}
+  return {r, '', '', limit}
 end
-if not fence then
-  fence = redis.call('GET', KEYS[2]) -- a lock's: set by extend.lua if it was lost
-end
-return {r, fence, metadata}
+return {r, fence, metadata, limit}

@@ -71,9 +71,14 @@
 -- positive decimal integer or is at 2^63-1, a metadata key of another type),
 -- so a failed call changes nothing; once the lock is written, no step can
 -- fail.
--- When the lock already holds ARGV[1] (a retried command whose first reply
--- was lost) the TTL is reset and the current counter is returned without a
--- second increment.
+-- When the key already holds ARGV[1] (a lock held by it, or a live permit
+-- of it: a copy of the command that ran before, because a client sent it
+-- again after its first reply was lost, or a copy that runs late, after
+-- later commands of the hold) the hold's fence is returned again (the one
+-- recorded with it, "f:" .. token, else a lock's counter) without a second
+-- increment, no expiry is moved earlier (a later command may have set a
+-- later one), and a shared grant wakes nobody again. A copy that runs after
+-- the hold was released finds its token buried (see release.lua).
 -- Returns {0, pttl, position} on failure: pttl is the holder's remaining TTL in
 -- ms (0 when it expires within the millisecond, -1 when the key has no expiry,
 -- -3 when it is reserved for a woken waiter, so the wait should not be timed
@@ -103,6 +108,10 @@ local waiter = ARGV[6] or ''
 local popped = ARGV[9] == 'p'
 local queued = ARGV[9] == '1' or popped
 local exclusive = ARGV[5] == '1'
+-- record: a lock's waiter records its fence with the hold ("f:" .. token in
+-- KEYS[5], as a permit does), which Adopt reads on a Redlock, whose counters
+-- move (lock.lua records it there too, given KEYS[4]).
+local record = exclusive and waiter ~= ''
 
 -- buried reports whether the token was buried (see "Returns" above): every path
 -- that writes asks it first.
@@ -156,7 +165,7 @@ local function grantable(waiters)
   if bad then
     return false, bad
   end
-  local refused = refuseWrongTypes(waiters, metadata ~= '')
+  local refused = refuseWrongTypes(waiters, metadata ~= '' or record)
   if refused then
     return false, refused
   end

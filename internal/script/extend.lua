@@ -36,23 +36,29 @@
 -- ARGV[4g+7] fence       the holder's fence (a decimal string)
 --
 -- A group's reply is 1 if the key held the token (or was free and regain
--- is "1") and its TTL was set, 0 if it holds another value (another owner,
--- a reservation), -1 if it is free. For a semaphore: 1 if the token is a
--- live permit (or a permit was free and regain is "1"), and its expiry was
--- set; -1 if it is not and a permit is free; 0 if all are taken.
+-- is "1") and now lives at least the TTL from now, 0 if it holds another
+-- value (another owner, a reservation), -1 if it is free. For a semaphore:
+-- 1 if the token is a live permit (or a permit was free and regain is
+-- "1"), and its expiry is at least the TTL from now; -1 if it is not and a
+-- permit is free; 0 if all are taken. An expiry is never moved earlier
+-- (a key, a permit, the holder's entries): a copy of an earlier command
+-- that runs late, after a later one set a longer TTL (a client's retry whose
+-- first copy was held up), cannot cut the hold short. An Extend to a
+-- shorter TTL therefore takes effect as the longer one runs out.
 --
 -- When it returns 1 it has also made sure that the fence counter lives at
 -- least as long as the holder (and the retention), and holds at least the
 -- holder's fence: a counter lost meanwhile (an eviction), or below the
--- holder's fence, is set to the larger of that fence and the server's time
--- in microseconds, which is above every fence issued before (see
--- base.lua: the counter never runs ahead of the clock), so that the next
--- holder's fence is larger than every one issued, the other permits' of a
--- semaphore included; and a holder with metadata has its fence written
--- with it in KEYS[4] (correcting a grant that ran late on this node and
--- counted its own). The comparison is on decimal strings (length first),
--- exact for any 64-bit value. Errors (keys of another type) come before any
--- write.
+-- holder's fence, is set to that fence for a lock (its one holder has the
+-- key's latest), and for a permit to the larger of that fence and the
+-- server's time in microseconds, which is above every fence issued before
+-- (see base.lua: the counter never runs ahead of the clock), so that the
+-- next holder's fence is larger than every one issued, the other permits'
+-- of a semaphore included; and the holder's fence is recorded with it in
+-- KEYS[4] ("f:" .. token, beside its metadata if it has any; correcting a
+-- grant that ran late on this node and counted its own), where Adopt reads
+-- it. The comparison is on decimal strings (length first), exact for any
+-- 64-bit value. Errors (keys of another type) come before any write.
 
 -- extend is the work of one group, given its keys as KEYS[1..5] (in the
 -- order above) and its arguments as ARGV: [1] token, [2] ttl, [3] regain,
@@ -78,14 +84,20 @@ local function extend(KEYS, ARGV)
   local function below(a, b)
     return #a < #b or (#a == #b and a < b)
   end
-  -- keep refreshes the counter for a holder that lives ttl ms more.
+  -- keep refreshes the counter for a holder that lives ttl ms more: a
+  -- counter lost, or below the fence, is set to the fence (a lock's holder
+  -- has the key's latest) or, for a permit (other permits may have later
+  -- ones), to the larger of the fence and the server's time in microseconds.
   local function keep(ttl)
     local life = math.max(tonumber(ARGV[7]), ttl)
     if not c or not string.match(c, '^[1-9]%d*$') or below(c, fence) then
-      local t = redis.call('TIME')
-      local v = t[1] .. string.format('%06d', tonumber(t[2]))
-      if below(v, fence) then
-        v = fence
+      local v = fence
+      if ARGV[5] ~= '1' then
+        local t = redis.call('TIME')
+        v = t[1] .. string.format('%06d', tonumber(t[2]))
+        if below(v, fence) then
+          v = fence
+        end
       end
       redis.call('SET', KEYS[2], v, 'PX', life)
       return
@@ -95,23 +107,25 @@ local function extend(KEYS, ARGV)
       redis.call('PEXPIRE', KEYS[2], life)
     end
   end
-  -- holder writes the holder's entries (its metadata, its fence), if it has
-  -- metadata, and has them live ttl ms more (PEXPIRE), or until last
-  -- (PEXPIREAT); a permit without metadata has its fence written (read by
-  -- adopt.lua).
-  local function holder(ttl, last)
-    if ARGV[4] == '' then
-      -- A permit's fence, for Adopt (a hash of another type: left alone).
-      if last and type(redis.pcall('HSET', KEYS[4], 'f:' .. token, fence)) == 'number' then
+  -- holder writes the holder's entries: its metadata, if it has any, and
+  -- its fence, which Adopt reads ("f:" .. token); a permit's live until
+  -- last (the semaphore's last permit), a lock's as long as the key (set
+  -- by the caller once the key's expiry is). A permit without metadata
+  -- writes its fence only, into a hash it shares with the others (one of
+  -- another type: left alone); a lock's HSET fails on a hash of another
+  -- type, before anything is written.
+  local function holder(last)
+    if ARGV[4] == '' and last then
+      if type(redis.pcall('HSET', KEYS[4], 'f:' .. token, fence)) == 'number' then
         redis.call('PEXPIREAT', KEYS[4], last)
       end
-      return
-    end
-    redis.call('HSET', KEYS[4], token, ARGV[4], 'f:' .. token, fence)
-    if last then
-      redis.call('PEXPIREAT', KEYS[4], last)
+    elseif ARGV[4] == '' then
+      redis.call('HSET', KEYS[4], 'f:' .. token, fence)
     else
-      redis.call('PEXPIRE', KEYS[4], ttl)
+      redis.call('HSET', KEYS[4], token, ARGV[4], 'f:' .. token, fence)
+      if last then
+        redis.call('PEXPIREAT', KEYS[4], last)
+      end
     end
   end
 
@@ -151,7 +165,9 @@ local function extend(KEYS, ARGV)
         redis.pcall('HDEL', KEYS[4], m, 'f:' .. m) -- metadata of another type: left alone
       end
     end
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token)
+    if not ours or tonumber(s) < now + tonumber(ARGV[2]) then
+      redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), token) -- never earlier
+    end
     local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
     redis.call('PEXPIREAT', KEYS[1], last)
     if live == 0 or not held then -- else keep a limit that SetLimit changed
@@ -160,7 +176,7 @@ local function extend(KEYS, ARGV)
     redis.call('PEXPIREAT', KEYS[5], last)
     -- The permits share the metadata hash: it lives as long as the last of
     -- them, and each renewal writes its own entries again.
-    holder(nil, last)
+    holder(last)
     keep(tonumber(last) - now)
     return 1
   end
@@ -169,15 +185,18 @@ local function extend(KEYS, ARGV)
     return 0 -- a semaphore's holders now
   end
   if v == token or (v == false and ARGV[3] == '1' and not buried()) then
-    -- The metadata first: a key of another type fails here, before anything
-    -- is written.
-    holder(ARGV[2])
-    keep(tonumber(ARGV[2]))
+    -- The holder's entries first: a key of another type fails here, before
+    -- anything is written.
+    holder(nil)
     if v == false then
       redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-      return 1
+    elseif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- never earlier
     end
-    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local left = redis.call('PTTL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[4], left)
+    keep(tonumber(ARGV[2]))
+    return 1
   end
   if v == false then
     return -1

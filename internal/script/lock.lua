@@ -8,12 +8,28 @@
 -- KEYS[1] lock key       prefix{K}
 -- KEYS[2] fence counter  prefix{K}:fence
 -- KEYS[3] tombstones     prefix{K}:dead
+-- KEYS[4] metadata       prefix{K}:meta (on a Redlock only; absent on one Redis):
+--                        the holder's fence is recorded there with the hold
+--                        ("f:" .. token, as a permit's), for Adopt, since a
+--                        Redlock's counters move while it holds (a grant that
+--                        ran late on a node with its own count, a claim, grants
+--                        on a node where the hold lapsed); on one Redis the
+--                        counter holds it (nothing moves it while the lock is
+--                        held, and renew.lua restores a lost one to it)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] life           ms the fence counter lives after this acquisition (the
 --                        retention, at least the TTL)
 --
 -- Returns {1, fence} on success, the fence a decimal string, as acquire.lua.
+-- A copy of the command that runs again (a client's retry: its first reply
+-- was lost), or late, after later commands of the lock (a copy held up on a
+-- connection that failed), finds the key holding its token: it answers the
+-- same fence (the recorded one, on a Redlock) and writes nothing that
+-- shortens what a later command set: the key's and the counter's expiries
+-- only move later, never earlier. (A copy that runs after the release is
+-- refused as buried: the release buries the token where a copy of its
+-- acquisition may still run, see the root package's lease.go.)
 -- Returns {0, pttl, "0"} when another holds the lock: pttl as acquire.lua's
 -- (-3: reserved for a woken waiter); {0, -4, "0"} for a token that
 -- release.lua buried (nothing is written); {0, -5, "0"} when the lock key is
@@ -56,6 +72,12 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
     fence = floor
   end
   redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  if KEYS[4] then
+    -- A lock has one holder: the entries of former ones go.
+    redis.call('DEL', KEYS[4])
+    redis.call('HSET', KEYS[4], 'f:' .. token, fence)
+    redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  end
   return {1, fence}
 end
 local v = redis.pcall('GET', KEYS[1])
@@ -63,10 +85,17 @@ if type(v) == 'table' then
   return {0, -5, '0'}
 end
 if v == token and c then
-  -- A retried command whose first reply was lost: the same fence.
-  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  redis.call('SET', KEYS[2], c, 'PX', ARGV[3])
-  return {1, c}
+  -- A copy run again, or late: the same fence, no expiry moved earlier.
+  local f = KEYS[4] and redis.call('HGET', KEYS[4], 'f:' .. token) or c
+  for _, k in ipairs(KEYS[4] and {KEYS[1], KEYS[4]} or {KEYS[1]}) do
+    if redis.call('PTTL', k) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', k, ARGV[2])
+    end
+  end
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  return {1, f}
 end
 if v == token then
   return {0, -5, '0'} -- its counter lost meanwhile: acquire.lua issues one

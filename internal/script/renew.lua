@@ -17,18 +17,22 @@
 -- ARGV[2g+4] fence       the holder's fence (a decimal string)
 --
 -- Returns an array with one element per lock, in order: 1 if the key held
--- the token and its TTL was set; 0 if it holds another value (another
+-- the token and lives at least the TTL from now (its expiry is set to that,
+-- or kept where it is later: a renewal never moves an expiry earlier, so
+-- that a copy of an earlier command run late, after a later one set a
+-- longer TTL, cannot cut it short); 0 if it holds another value (another
 -- owner, a reservation) or is not a string (a semaphore's permits, shared
 -- holds); -1 if it is free. When it returns 1 the fence counter lives at
 -- least as long as the holder (and the retention) and holds at least the
 -- holder's fence: a counter lost meanwhile (an eviction), below the
--- holder's fence or not a decimal integer, is set to the larger of that
--- fence and the server's time in microseconds, which is above every fence
--- issued before (the counter never runs ahead of the clock, see base.lua),
--- so that the next holder's fence is larger than every one issued. The
--- comparison is on decimal strings (length first), exact for any 64-bit
--- value. A counter of another type is that lock's error reply, before it
--- writes anything; the other locks run as if it were alone.
+-- holder's fence or not a decimal integer, is set to the holder's fence,
+-- which, a plain lock's holder having the key's latest (nothing is granted
+-- while it holds the key), is above every fence issued before, so that the
+-- next holder's fence is larger than every one issued, and so that the
+-- counter tells the holder's fence again (Adopt reads it there on one
+-- Redis). The comparison is on decimal strings (length first), exact for
+-- any 64-bit value. A counter of another type is that lock's error reply,
+-- before it writes anything; the other locks run as if it were alone.
 local ttl, life = tonumber(ARGV[1]), math.max(tonumber(ARGV[2]), tonumber(ARGV[1]))
 local out = {}
 for g = 0, #KEYS / 2 - 1 do
@@ -46,19 +50,17 @@ for g = 0, #KEYS / 2 - 1 do
     out[#out + 1] = c -- WRONGTYPE: not written by dlock
   else
     if not c or not string.match(c, '^[1-9]%d*$') or #c < #fence or (#c == #fence and c < fence) then
-      local t = redis.call('TIME')
-      local now = t[1] .. string.format('%06d', tonumber(t[2]))
-      if #now < #fence or (#now == #fence and now < fence) then
-        now = fence
-      end
-      redis.call('SET', counter, now, 'PX', life)
+      redis.call('SET', counter, fence, 'PX', life)
     else
       local left = redis.call('PTTL', counter)
       if left >= 0 and left < life then
         redis.call('PEXPIRE', counter, life)
       end
     end
-    out[#out + 1] = redis.call('PEXPIRE', lock, ttl)
+    if redis.call('PTTL', lock) < ttl then
+      redis.call('PEXPIRE', lock, ttl)
+    end
+    out[#out + 1] = 1
   end
 end
 return out

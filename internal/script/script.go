@@ -70,7 +70,10 @@ var (
 	Time   = newScript(timeSrc, 1)
 	// Adopt takes on a hold acquired elsewhere: extend.lua's work, with
 	// the holder's fence and metadata read and returned.
-	Adopt = newScript(include(adoptSrc), 5)
+	Adopt = newScript(include(adoptSrc), 8)
+	// LockRecorded is lock.lua with its fourth key, the metadata hash: on a
+	// Redlock, where the holder's fence is recorded with the hold.
+	LockRecorded = newScript(lockSrc, 4)
 )
 
 // A Script is a Lua script with a fixed number of keys. Its commands are
@@ -81,11 +84,15 @@ type Script struct {
 	src     string
 	sha     any // the SHA1 of src, hex-encoded
 	numKeys any // the number of keys, a decimal string
+	// The SHA1's and the source's bytes, for the arguments that count the
+	// copies of a command written (see RunCounted).
+	shaBytes, srcBytes []byte
 }
 
 func newScript(src string, keys int) *Script {
 	h := sha1.Sum([]byte(src))
-	return &Script{src: src, sha: hex.EncodeToString(h[:]), numKeys: strconv.Itoa(keys)}
+	sha := hex.EncodeToString(h[:])
+	return &Script{src: src, sha: sha, numKeys: strconv.Itoa(keys), shaBytes: []byte(sha), srcBytes: []byte(src)}
 }
 
 // fragments are the parts that several scripts share, by name: a line
@@ -152,11 +159,48 @@ func (s *Script) Eval(args []any) []any {
 // Run sends the command args (from one of the builders) with c, and sends
 // the script itself with EVAL when the server does not have it (NOSCRIPT).
 func (s *Script) Run(ctx context.Context, c node.Conn, args []any) (any, error) {
+	return s.RunCounted(ctx, c, args, nil)
+}
+
+// RunCounted is Run, with the copies of the command that c writes counted
+// by cp (see node.Copies), unless cp is nil: args[1], the SHA1, is replaced
+// in args (which must be the caller's own, sent to no other node) by cp's
+// argument, and the EVAL after NOSCRIPT sends the source as cp's other one
+// (a copy of the EVALSHA may still run once EVAL loaded the script: both
+// count).
+func (s *Script) RunCounted(ctx context.Context, c node.Conn, args []any, cp *node.Copies) (any, error) {
+	var src any
+	if cp != nil {
+		args[1], src = cp.Args(s.shaBytes, s.sha.(string), s.srcBytes, s.src)
+	}
 	v, err := c.Do(ctx, args...)
 	if node.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = c.Do(ctx, s.Eval(args)...)
+		e := s.Eval(args)
+		if src != nil {
+			e[1] = src
+		}
+		v, err = c.Do(ctx, e...)
 	}
 	return v, err
+}
+
+// EvalCounted is Eval, with the source sent as cp's argument (see
+// RunCounted), once Counted or RunCounted set cp's arguments.
+func (s *Script) EvalCounted(args []any, cp *node.Copies) []any {
+	e := s.Eval(args)
+	_, e[1] = cp.Args(s.shaBytes, s.sha.(string), s.srcBytes, s.src)
+	return e
+}
+
+// Counted returns args with its SHA1 replaced by cp's argument (see
+// RunCounted), for a command sent by other means (DoWait): a copy of args
+// when share is set (args is sent to other nodes too).
+func (s *Script) Counted(args []any, cp *node.Copies, share bool) []any {
+	if share {
+		args = slices.Clone(args)
+	}
+	args[1], _ = cp.Args(s.shaBytes, s.sha.(string), s.srcBytes, s.src)
+	return args
 }
 
 // AcquireArgs are the ARGV[1..5] of acquire.lua, semaphore.lua and shared.lua
@@ -203,13 +247,18 @@ func LockCommand(keys []any, token, ttl, life any) []any {
 	return Lock.command(keys, token, ttl, life)
 }
 
-// LockCommandLen is the length of lock.lua's command (LockCommand's).
-const LockCommandLen = 3 + 3 + 3
+// LockCommandLen is the longest length of lock.lua's command (with the
+// four keys of a Redlock's: LockKeysRecorded).
+const LockCommandLen = 3 + 4 + 3
 
 // AppendLockCommand is LockCommand appended to dst (whose array the caller
 // may hold in a struct of its own: no allocation when it fits).
 func AppendLockCommand(dst []any, keys []any, token, ttl, life any) []any {
-	dst = append(dst, "evalsha", Lock.sha, Lock.numKeys)
+	numKeys := Lock.numKeys
+	if len(keys) == 4 {
+		numKeys = LockRecorded.numKeys // a Redlock's: see lock.lua's KEYS[4]
+	}
+	dst = append(dst, "evalsha", Lock.sha, numKeys)
 	dst = append(dst, keys...)
 	return append(dst, token, ttl, life)
 }
@@ -379,32 +428,35 @@ type AdoptArgs struct {
 	Token, TTL, Retention, Limit any
 }
 
-// Command is the command of adopt.lua with keys (a lock's ExtendKeys) and a.
+// Command is the command of adopt.lua with keys (a lock's AdoptKeys) and a.
 func (a *AdoptArgs) Command(keys []any) []any {
 	return Adopt.command(keys, a.Token, a.TTL, a.Retention, a.Limit)
 }
 
 // AdoptReply is one node's answer to adopt.lua: extend.lua's group reply
-// (1 held and extended, 0 another value, -1 free), and, when it is 1, the
-// holder's fence and metadata.
+// (1 held and extended, 0 another value or shape, -1 free), and, when it
+// is 1, the holder's fence and metadata; Limit is the limit the hold has
+// (the one asked, or the one SetLimit moved it to).
 type AdoptReply struct {
 	Held     int64
 	Fence    uint64
 	Metadata string
+	Limit    string
 }
 
 // ParseAdopt reads adopt.lua's reply.
 func ParseAdopt(v any) (AdoptReply, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) != 3 {
+	if !ok || len(arr) != 4 {
 		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
 	}
 	held, ok := arr[0].(int64)
 	md, ok2 := arr[2].(string)
-	if !ok || !ok2 {
+	lim, ok3 := arr[3].(string)
+	if !ok || !ok2 || !ok3 {
 		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
 	}
-	r := AdoptReply{Held: held, Metadata: md}
+	r := AdoptReply{Held: held, Metadata: md, Limit: lim}
 	if held == 1 {
 		f, err := ParseUint(arr[1])
 		if err != nil || f == 0 {
@@ -443,6 +495,10 @@ type AcquireReply struct {
 	// Intent: the waiter wrote its intent (an exclusive waiter of shared
 	// holds), which its grant must remove.
 	Intent bool
+	// Again is set by the round, not read from the reply: the command was
+	// written more than once (see node.Copies), and a copy of it may still
+	// run.
+	Again bool
 }
 
 // ParseAcquire reads the reply of an acquisition's script (see base.lua).

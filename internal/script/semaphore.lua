@@ -79,7 +79,7 @@ if not stale and (mine or (resv and live <= limit) or live < limit) then
   if bad then
     return bad
   end
-  return permit(c, now, resv, false)
+  return permit(c, now, resv, false, mine)
 end
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 return busy(math.max(tonumber(first[2]) - now, 0))

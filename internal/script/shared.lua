@@ -106,4 +106,4 @@ if queued and ARGV[11] then
     end
   end
 end
-return permit(c, now, resv, wake)
+return permit(c, now, resv, wake, mine)
