@@ -184,6 +184,11 @@ func TestAdoptNotHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx(t))
+	r, err := l.TryAcquire(ctx(t), "readers", dlock.WithTTL(10*time.Second), dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx(t))
 	snapshot := func() string {
 		var b strings.Builder
 		for _, key := range c.Keys(ctx(t), "*").Val() {
@@ -203,6 +208,13 @@ func TestAdoptNotHeld(t *testing.T) {
 		{"held", k.Token(), []dlock.LockOption{dlock.WithShared()}},
 		{"sem", other, []dlock.LockOption{dlock.WithLimit(3)}},
 		{"sem", p.Token(), nil},
+		// A permit of a semaphore of 3 in another shape, or with another
+		// limit: its quorum on a Redlock would be another.
+		{"sem", p.Token(), []dlock.LockOption{dlock.WithShared()}},
+		{"sem", p.Token(), []dlock.LockOption{dlock.WithLimit(2)}},
+		{"sem", p.Token(), []dlock.LockOption{dlock.WithLimit(5)}},
+		{"readers", r.Token(), []dlock.LockOption{dlock.WithLimit(2)}},
+		{"readers", r.Token(), nil},
 		{"free", other, nil},
 		{"free", other, []dlock.LockOption{dlock.WithShared()}},
 	} {
@@ -401,4 +413,128 @@ func TestHandoffHook(t *testing.T) {
 	if rec.starts["hooked"] != 3 || rec.badCtx != 0 {
 		t.Fatalf("starts %d, events with another context %d", rec.starts["hooked"], rec.badCtx)
 	}
+}
+
+// TestAdoptOtherShapeRedlock: on 5 masters, a permit of a semaphore of 3
+// (4 of 5 nodes) adopted as a shared hold (3 of 5) would renew on too few
+// nodes and let a fourth holder in: Adopt refuses it, and the holders never
+// exceed the limit.
+func TestAdoptOtherShapeRedlock(t *testing.T) {
+	servers := dlocktest.StartN(t, 5)
+	ls := lockers(t, 2, func() []redis.UniversalClient { return dlocktest.Clients(t, servers...) })
+	p, err := ls[0].TryAcquire(ctx(t), "sem", dlock.WithLimit(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Detach()
+	for _, opts := range [][]dlock.LockOption{{dlock.WithShared()}, {dlock.WithLimit(2)}, {dlock.WithLimit(5)}, nil} {
+		if a, err := ls[1].Adopt(ctx(t), h.Key, h.Token, opts...); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Adopt of a permit of 3 with %d options: adopted %v, %v; want ErrNotHeld", len(opts), a != nil, err)
+			if a != nil {
+				a.Release(ctx(t))
+			}
+		}
+	}
+	a, err := ls[1].Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(3))
+	if err != nil {
+		t.Fatalf("Adopt in its own shape: %v", err)
+	}
+	a.Release(ctx(t))
+}
+
+// TestAdoptRedlockFenceRecorded: on a Redlock, the fence counters of a
+// held lock's nodes move (a grant that ran late on a node with its own
+// count, grants on a node where the hold lapsed): Adopt reads the hold's
+// fence recorded with it, and gets the holder's, whatever the counters
+// say; also with a node frozen.
+func TestAdoptRedlockFenceRecorded(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	clients := dlocktest.Clients(t, servers...)
+	ls := lockers(t, 2, func() []redis.UniversalClient { return dlocktest.Clients(t, servers...) })
+	k, err := ls[0].TryAcquire(ctx(t), "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := k.Fence()
+	for i, c := range clients[1:] {
+		// The counters moved past the hold's fence, each its own way.
+		c.Set(ctx(t), "dlock:{pay}:fence", f+uint64(122*(i+1)), time.Hour)
+	}
+	h := k.Detach()
+	a, err := ls[1].Adopt(ctx(t), h.Key, h.Token)
+	if err != nil {
+		t.Fatalf("Adopt once the counters disagree: %v", err)
+	}
+	if a.Fence() != f {
+		t.Errorf("adopted fence %d, want the holder's %d", a.Fence(), f)
+	}
+	h = a.Detach()
+	thaw := freeze(t, servers[0])
+	defer thaw()
+	a, err = ls[0].Adopt(ctx(t), h.Key, h.Token)
+	if err != nil {
+		t.Fatalf("Adopt with a node frozen: %v", err)
+	}
+	if a.Fence() != f {
+		t.Errorf("adopted fence %d with a node frozen, want the holder's %d", a.Fence(), f)
+	}
+	thaw()
+	a.Release(ctx(t))
+}
+
+// TestAdoptCounterRestored: on one Redis, a holder whose fence counter was
+// lost (an eviction) restores it to its own fence at its next renewal, so
+// that Adopt reads the holder's fence; before that renewal, Adopt gives a
+// fence larger than every one issued, recorded as the hold's from then on.
+func TestAdoptCounterRestored(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := s.Client()
+	defer c.Close()
+	first, second := newLocker(t, s.Client()), newLocker(t, s.Client())
+	k, err := first.TryAcquire(ctx(t), "pay", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Del(ctx(t), "dlock:{pay}:fence")
+	if err := k.Extend(ctx(t), time.Second); err != nil { // a renewal
+		t.Fatal(err)
+	}
+	h := k.Detach()
+	a, err := second.Adopt(ctx(t), h.Key, h.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Fence() != h.Fence {
+		t.Errorf("adopted fence %d after a renewal restored the counter, want the holder's %d", a.Fence(), h.Fence)
+	}
+	if a.Fence() != h.Fence {
+		t.Errorf("adopted fence %d, want the one recorded, %d", a.Fence(), h.Fence)
+	}
+	// Adopt recorded the fence with the hold: lost too, with the counter.
+	c.Del(ctx(t), "dlock:{pay}:fence", "dlock:{pay}:meta")
+	h = a.Detach()
+	b, err := first.Adopt(ctx(t), h.Key, h.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= h.Fence {
+		t.Errorf("adopted fence %d with the counter lost, not above the %d issued", b.Fence(), h.Fence)
+	}
+	h2 := b.Detach()
+	b2, err := second.Adopt(ctx(t), h2.Key, h2.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.Fence() != b.Fence() {
+		t.Errorf("adopted again: fence %d, want the one recorded, %d", b2.Fence(), b.Fence())
+	}
+	b2.Release(ctx(t))
+	k2, err := first.TryAcquire(ctx(t), "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2.Fence() <= b2.Fence() {
+		t.Errorf("next holder's fence %d, not above the adopted hold's %d", k2.Fence(), b2.Fence())
+	}
+	k2.Release(ctx(t))
 }
