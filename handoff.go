@@ -134,32 +134,47 @@ func (k *Lock) detachedError(verb string) error {
 // that called Lock.Detach, or `dlock acquire`), given its owner token: one
 // round, in which a quorum of nodes (one on one Redis, N/2+1 of a Redlock,
 // the permit's quorum for WithLimit) confirm that key is held by token, in
-// the shape the options name (a lock, WithLimit(n)'s permit, or
-// WithShared's hold), and set its TTL to WithTTL's (DefaultTTL without it),
-// as Extend does. It returns a *Lock as Acquire's: auto-renewed
-// (WithAutoRenew), with Lost, Extend, Release, the hold's fence (the one
-// its grant issued, read from Redis) and its metadata. Its validity is
+// the shape the options name (a lock; WithLimit(n)'s permit, of a
+// semaphore whose limit is n; or WithShared's hold), and make its key live
+// at least WithTTL's TTL (DefaultTTL without it) from then, as Extend does.
+// It returns a *Lock as Acquire's: auto-renewed (WithAutoRenew), with Lost,
+// Extend, Release, the hold's fence and its metadata. Its validity is
 // measured from the start of Adopt's round, never from the first holder's
 // acquisition. WithMetadata is not an option of Adopt (the hold keeps its
 // own): ErrInvalid.
 //
+// The fence is the one the hold's grant issued, recorded with the hold (a
+// permit's, a shared hold's, a holder's with metadata, a lock's on a
+// Redlock, whose counters move) or, for a lock on one Redis, its key's
+// counter (nothing moves it while the lock is held, and a renewal restores
+// a lost one): the same as Lock.Fence of the process that detached it.
+// Should the counter be lost (an eviction) before any renewal restored it,
+// the hold's fence is unknown: Adopt then gives it a new one, larger than
+// every fence issued for the key, recorded with the hold from then on.
+// A permit whose semaphore's limit SetLimit changed from n to m (within
+// LimitGrace) is adopted WithLimit(n) as a permit of m (the *Lock's quorum
+// is then m's).
+//
 // It returns an error wrapping ErrNotHeld when a quorum says that token does
 // not hold key (it expired, was released, taken, or is held in another
-// shape), ErrUnavailable or ErrMisconfigured (with each node's failure as
-// *NodeError) when too few nodes confirmed for another reason, ErrClosed on
-// a closed Locker, and ErrInvalid for an empty key or a token that is not 32
-// lowercase hex characters (the form of every token dlock makes).
+// shape or with another limit), ErrUnavailable or ErrMisconfigured (with
+// each node's failure as *NodeError) when too few nodes confirmed for
+// another reason, ErrClosed on a closed Locker, and ErrInvalid for an empty
+// key or a token that is not 32 lowercase hex characters (the form of every
+// token dlock makes).
 //
 // On failure, Adopt leaves nothing that outlives what the hold had: a node
-// that did not confirm changed nothing; one that confirmed set the key's
-// TTL from then, as a renewal would, and the key is released there when
-// that TTL would have run out anyway; a node that did not answer may still
-// run the command late (a frozen node that resumes), so the token is buried
-// there (a late command then writes nothing) and the key released. A
-// failed Adopt therefore ends the hold where it did not confirm: a second
-// Adopt of the same token may fail with ErrNotHeld, and then the key is
-// free for others once the nodes that held it let go. An Adopt whose
-// command ran twice (a retry of the client) sets the same TTL twice.
+// that refused it changed nothing (Adopt waits for every node that answers
+// before it fails, so that a hold in another shape is left as it was); one
+// that confirmed made the key live from then on, as a renewal would, and the
+// key is released there when that TTL would have run out anyway; a node
+// that did not answer may still run the command late (a frozen node that
+// resumes), so the token is buried there and the key released. A failed
+// Adopt therefore ends the hold where it confirmed or did not answer: a
+// second Adopt of the same token may fail with ErrNotHeld, and then the key
+// is free for others once the nodes that held it let go. An Adopt whose
+// command ran twice (a retry of the client) writes nothing more the second
+// time.
 //
 // The token is the capability: Adopt does not exclude another Adopt of the
 // same token (two *Lock would then renew one hold, each believing it
@@ -182,6 +197,19 @@ func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOptio
 	a.attempted(k, classOf(err))
 	a.end(k, err)
 	return k, err
+}
+
+// agreedOn reports whether need of rs agree on a value.
+func agreedOn[T any, V comparable](rs []quorum.Result[T], need int, value func(quorum.Result[T]) (V, bool)) bool {
+	counts := make(map[V]int, len(rs))
+	for _, r := range rs {
+		if v, ok := value(r); ok {
+			if counts[v]++; counts[v] >= need {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // adoptError is err, a failure of Adopt's round (whose text names the
@@ -300,7 +328,12 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 			return script.ParseAdopt(v)
 		}),
 		func(rs []quorum.Result[script.AdoptReply], suspects int) bool {
-			return quorum.Agreed(rs, suspects, len(l.nodes), k.quorum, fence)
+			// A quorum that agrees decides; short of one, every node that
+			// is answering is waited for (within the round's timeout), so
+			// that a refusal (another shape, a token that does not hold
+			// the key) leaves no node unanswered, to be cleaned up: a failed
+			// Adopt must not end a hold that is still live where it runs.
+			return agreedOn(rs, k.quorum, fence) || quorum.AllAnswering(rs, suspects, len(l.nodes))
 		},
 		quorum.LateFunc[script.AdoptReply](func(r quorum.Result[script.AdoptReply]) {
 			<-recorded

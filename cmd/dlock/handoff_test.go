@@ -140,3 +140,47 @@ func TestTokenCommandsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenCommandsShape: extend --token and release --token act on a hold
+// only in the shape it has (docs/cli.md: 76 otherwise), on one Redis and a
+// Redlock: a permit of --limit 3 is not a shared hold, nor one of --limit 2;
+// a shared hold is no permit; and the hold is left as it was.
+func TestTokenCommandsShape(t *testing.T) {
+	one := dlocktest.Start(t)
+	three := dlocktest.StartN(t, 3)
+	var urls []string
+	for _, s := range three {
+		urls = append(urls, "redis://"+s.Addr())
+	}
+	for _, redis := range [][]string{{"--redis", "redis://" + one.Addr()}, {"--redis", strings.Join(urls, ",")}} {
+		for _, tc := range []struct {
+			held  []string
+			wrong [][]string
+		}{
+			{[]string{"--limit", "3"}, [][]string{{"--shared"}, {"--limit", "2"}, {"--limit", "4"}, nil}},
+			{[]string{"--shared"}, [][]string{{"--limit", "4"}, nil}},
+			{nil, [][]string{{"--shared"}, {"--limit", "2"}}},
+		} {
+			key := "shape-" + strings.Join(tc.held, "") + strconv.Itoa(len(redis[1]))
+			run := func(args ...string) (int, string) {
+				code, out, _ := dlockRun(t, append(append([]string(nil), args...), redis...)...)
+				return code, out
+			}
+			code, out := run(append(append([]string{"acquire", "--ttl", "10s"}, tc.held...), key)...)
+			fields := strings.Fields(out)
+			if code != exitOK || len(fields) != 2 {
+				t.Fatalf("acquire %v: exit %d, %q", tc.held, code, out)
+			}
+			for _, w := range tc.wrong {
+				for _, sub := range []string{"extend", "release"} {
+					if code, _ := run(append(append([]string{sub, "--token", fields[0]}, w...), key)...); code != exitLockLost {
+						t.Errorf("%s --token of a hold acquired with %v, given %v: exit %d, want %d", sub, tc.held, w, code, exitLockLost)
+					}
+				}
+			}
+			if code, _ := run(append(append([]string{"release", "--token", fields[0]}, tc.held...), key)...); code != exitOK {
+				t.Errorf("release --token in its own shape %v: exit %d", tc.held, code)
+			}
+		}
+	}
+}
