@@ -219,7 +219,9 @@ func TestAdoptNotHeld(t *testing.T) {
 		{"free", other, []dlock.LockOption{dlock.WithShared()}},
 	} {
 		if a, err := l.Adopt(ctx(t), tc.key, tc.token, tc.opts...); !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("Adopt(%q, %s, %d options): %v, %v", tc.key, tc.token, len(tc.opts), a, err)
+			t.Errorf("Adopt(%q, %s, %d options): %v, %v", tc.key, tc.token, len(tc.opts), a != nil, err)
+		} else if strings.Count(err.Error(), "dlock:") != 1 {
+			t.Errorf("Adopt's error says its prefix more than once: %v", err)
 		}
 	}
 	if after := snapshot(); after != before {
