@@ -29,8 +29,10 @@ Examples:
     export DLOCK_REDIS=redis://a:6379,redis://b:6379,redis://c:6379
     dlock run report -- ./report.sh
 
-    # A lock taken in one step of a pipeline and released in another.
-    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+    # A lock taken in one step of a pipeline and released in another; a failed
+    # acquire (75 busy, 69 Redis down, ...) stops the script with its status.
+    lock=$(dlock acquire --ttl 10m deploy) || exit
+    token=${lock% *} fence=${lock#* }
     dlock extend --token "$token" --ttl 10m deploy
     dlock release --token "$token" deploy
 
@@ -290,8 +292,10 @@ all of --wait; 69 when too few Redis nodes answered; 78 when Redis refused
 the commands or KEY is held with another --limit (or --shared); 64 on a
 usage error.
 
-Example:
-    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+Example (a failed acquire stops the script with its status; the step after
+it never runs without the lock):
+    lock=$(dlock acquire --ttl 10m deploy) || exit
+    token=${lock% *} fence=${lock#* }
 `,
 	"extend": `Usage: dlock extend --token TOKEN [--ttl DURATION] [--limit N | --shared] [flags] KEY
 
