@@ -116,7 +116,9 @@ before the validity ends, so COMMAND has its whole grace to clean up and is
 gone before another host can take the lock (exit 76). A renewal confirmed before then
 keeps it running. If the lock is already gone (an administrator's release
 --force, or a renewal refused because another process holds the key), another
-host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
+host may run COMMAND already and no validity is left to protect: the group
+gets SIGTERM as soon as dlock sees it (at the next renewal), then the whole
+--kill-grace, then SIGKILL (exit 76).
 A lock taken or deleted after its last renewal, when COMMAND ends before the
 next one, is found gone by the final release: exit 76 as well, since nothing
 then proves that COMMAND ran under the lock to its end.
@@ -136,11 +138,11 @@ Flags:
         How long to wait for the lock (default 0: try once). A waiter is woken
         by the holder's release, not by polling.
     --kill-grace DURATION
-        Time between SIGTERM and SIGKILL when the lock could expire (default
-        5s, cut to fit a short --ttl). At most 2·TTL/3 less the drift (TTL/100
-        + 2ms), the node timeout (TTL/5, at most 1s) and TTL/20 (at most
-        50ms), so that a renewal still within its node timeout never stops
-        COMMAND: 18.648s for --ttl 30s, 1.774s for 4s, 404ms for 1s.
+        Time between SIGTERM and SIGKILL when the lock could expire, or is
+        gone (default 5s, cut to fit a short --ttl). At most 2·TTL/3 less the
+        drift (TTL/100 + 2ms), the node timeout (TTL/5, at most 1s) and TTL/20
+        (at most 50ms), so that a renewal still within its node timeout never
+        stops COMMAND: 18.648s for --ttl 30s, 1.774s for 4s, 404ms for 1s.
     --metadata TEXT
         Who holds the lock, shown by dlock status (at most 1024 bytes;
         default "host=HOST pid=PID cmd=COMMAND", the command's name without
