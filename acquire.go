@@ -28,6 +28,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	if movedLimit(&cfg, err) {
 		k, err = l.tryAcquire(ctx, key, cfg, &a)
 	}
+	err = l.nameCauses(err, cfg.ttl)
 	a.end(k, err)
 	return k, err
 }
@@ -89,6 +90,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	if movedLimit(&cfg, err) {
 		k, err = l.acquire(ctx, key, cfg, &a)
 	}
+	err = l.nameCauses(err, cfg.ttl)
 	a.end(k, err)
 	return k, err
 }

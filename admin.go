@@ -146,7 +146,7 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 	o.missed(l, missing)
 	st.Held = held >= l.quorumFor(st.Limit)
 	if class := o.class(ErrNotAcquired); class != nil {
-		return st, o.wrap(class, fmt.Sprintf("status %q: no node answered", key))
+		return st, l.nameCauses(o.wrap(class, fmt.Sprintf("status %q: no node answered", key)), DefaultTTL)
 	}
 	return st, nil
 }
@@ -424,7 +424,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	o.missed(l, missing)
 	if class := o.class(ErrNotAcquired); class != nil {
-		return deleted, o.wrap(class, fmt.Sprintf("force release %q: %d of %d nodes answered", key, o.ok, o.n))
+		return deleted, l.nameCauses(o.wrap(class, fmt.Sprintf("force release %q: %d of %d nodes answered", key, o.ok, o.n)), DefaultTTL)
 	}
 	return deleted, nil
 }

@@ -78,9 +78,9 @@ func (l *Locker) RequestRelease(ctx context.Context, key, reason string) error {
 			return o.wrap(class, what+"nobody holds it"+o.counts("found a holder"))
 		}
 		if ctx.Err() != nil {
-			return o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"), ctx.Err())
+			return l.nameCauses(o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"), ctx.Err()), DefaultTTL)
 		}
-		return o.wrap(class, what+"too few nodes answered"+o.counts("told its holders"))
+		return l.nameCauses(o.wrap(class, what+"too few nodes answered"+o.counts("told its holders")), DefaultTTL)
 	}
 	return nil
 }

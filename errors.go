@@ -85,7 +85,14 @@ type NodeError struct {
 	Addr string
 	// Err is what went wrong, for example a network error, an error reply
 	// of Redis, or context.DeadlineExceeded when the node did not answer in
-	// time.
+	// time. In the error of a TryAcquire, Acquire (and so Do, Campaign and
+	// AcquireAll), Status, ForceRelease or RequestRelease that failed with
+	// ErrUnavailable, a node that did not answer in time has had its
+	// address dialled once, after the round: when the dial failed, Err
+	// matches both the deadline and the dial's error, and says it
+	// ("no answer in time: dial tcp ...: connect: connection refused"),
+	// whatever the client's retries (a go-redis client that retries a
+	// refused dial until the call's deadline ends with the deadline alone).
 	Err error
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,4 +196,69 @@ func TestTLSToPlainPort(t *testing.T) {
 	if all := time.Since(start); took > 10*time.Second || all > 14*time.Second {
 		t.Errorf("TryAcquire took %s and Close after it %s: the node timeout is 1s, the client's DialTimeout 15s", took, all-took)
 	}
+}
+
+// TestUnreachableNamed: a default go-redis client at an address where
+// nothing listens: the error of TryAcquire, of an Acquire and a Do whose
+// deadline ends (the README's program), and of Status is ErrUnavailable
+// with the node's *NodeError, and names the cause, "connection refused",
+// with every go-redis version (newer ones retry a refused dial until the
+// call's deadline, so that the call itself ends with the deadline alone).
+// TryAcquire fails within about the node timeout (1s).
+func TestUnreachableNamed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	l := dlock.New(c)
+	defer l.Close()
+
+	check := func(what string, err error, took time.Duration, deadline bool) {
+		t.Helper()
+		t.Logf("%s after %s: %v", what, took.Round(time.Millisecond), err)
+		var ne *dlock.NodeError
+		switch {
+		case !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrMisconfigured):
+			t.Errorf("%s: %v, want ErrUnavailable only", what, err)
+		case !errors.As(err, &ne) || ne.Addr != addr || ne.Permanent():
+			t.Errorf("%s: %v, want a transient *NodeError of %s", what, err, addr)
+		case !strings.Contains(err.Error(), "connection refused") || !errors.Is(err, syscall.ECONNREFUSED):
+			t.Errorf("%s: %v, does not name the cause: connection refused", what, err)
+		case deadline && !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("%s: %v, want the context's deadline too", what, err)
+		}
+	}
+	start := time.Now()
+	k, err := l.TryAcquire(context.Background(), "nightly-report")
+	if k != nil {
+		t.Fatal("acquired a lock where nothing listens")
+	}
+	took := time.Since(start)
+	check("TryAcquire", err, took, false)
+	if took > 5*time.Second {
+		t.Errorf("TryAcquire took %s: want about the node timeout (1s)", took)
+	}
+
+	start = time.Now()
+	k, err = l.Acquire(ctxTimeout(t, 2*time.Second), "nightly-report")
+	if k != nil {
+		t.Fatal("acquired a lock where nothing listens")
+	}
+	check("Acquire with a 2s deadline", err, time.Since(start), true)
+
+	start = time.Now()
+	err = l.Do(ctxTimeout(t, 2*time.Second), "nightly-report", func(context.Context) error {
+		t.Error("Do ran its function where nothing listens")
+		return nil
+	})
+	check("Do with a 2s deadline", err, time.Since(start), true)
+
+	start = time.Now()
+	_, err = l.Status(context.Background(), "nightly-report")
+	check("Status", err, time.Since(start), false)
 }

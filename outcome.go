@@ -125,14 +125,30 @@ func (o *outcome) counts(verb string) string {
 }
 
 // wrap returns an error wrapping class, the message what, the errors first
-// (a context's error), and every node's failure.
+// (a context's error), and every node's failure: "CLASS: WHAT: ERR; ERR".
 func (o *outcome) wrap(class error, what string, first ...error) error {
 	errs := append(first, o.errs...)
 	if len(errs) == 0 {
 		return fmt.Errorf("%w: %s", class, what)
 	}
-	return fmt.Errorf("%w: %s: %w", class, what, joined(errs))
+	return &roundError{class: class, what: what, errs: errs}
 }
+
+// roundError is the error of a round with node failures (see wrap). Its
+// message is made when asked for, from the errors as they are then, so
+// that the cause a node's failure is given after the round (nameCauses)
+// shows in it.
+type roundError struct {
+	class error
+	what  string
+	errs  joined
+}
+
+func (e *roundError) Error() string {
+	return e.class.Error() + ": " + e.what + ": " + e.errs.Error()
+}
+
+func (e *roundError) Unwrap() []error { return []error{e.class, e.errs} }
 
 // joined is errors.Join on one line: the errors, separated by "; ".
 type joined []error

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,19 +65,89 @@ func (l *Locker) noteNodes(ctx context.Context, key string, k *Lock, res *attemp
 // dial of addr, bounded, whose error is returned if it has one; else err.
 // Once per outage (see noteNodes).
 func probe(addr string, err error) error {
-	if _, _, splitErr := net.SplitHostPort(addr); splitErr != nil {
-		return err // not a TCP address (a Unix socket)
-	}
-	c, dialErr := net.DialTimeout("tcp", addr, probeTimeout)
-	if dialErr != nil {
+	if dialErr := dialCause(addr, probeTimeout); dialErr != nil {
 		return dialErr
 	}
-	_ = c.Close()
 	return err
+}
+
+// dialCause dials addr over TCP, within timeout, and returns the dial's
+// error, or nil when it connected (the connection is closed at once) or
+// addr is not a TCP address (a Unix socket, a Cluster's or Sentinel's
+// name).
+func dialCause(addr string, timeout time.Duration) error {
+	if _, _, splitErr := net.SplitHostPort(addr); splitErr != nil {
+		return nil
+	}
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
+	return nil
 }
 
 // probeTimeout bounds probe's dial.
 const probeTimeout = 500 * time.Millisecond
+
+// nameCauses names the cause of the node failures in err that are a
+// deadline alone, so that an ErrUnavailable error says "connection
+// refused" rather than "context deadline exceeded" whatever the client's
+// retries (see probe): for each *NodeError in err whose Err is a deadline,
+// a TCP dial of its address, all at once, each within the node timeout of
+// ttl and probeTimeout; a dial that fails becomes the node's Err, with the
+// deadline (an *unansweredError: it matches both, and the NodeError stays
+// transient). It runs only on the way out of a call that failed with
+// ErrUnavailable (nothing on the everyday path), and costs a dial per such
+// node (a refused one returns at once; one that gets no answer at all
+// waits its bound and changes nothing). It changes the NodeErrors of err
+// in place, and so the message of a round's error (outcome.wrap's, made
+// when asked for): err must be the caller's alone. It returns err.
+func (l *Locker) nameCauses(err error, ttl time.Duration) error {
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	var bare []*NodeError
+	eachNodeError(err, func(ne *NodeError) {
+		if errors.Is(ne.Err, context.DeadlineExceeded) {
+			bare = append(bare, ne)
+		}
+	})
+	timeout := min(probeTimeout, l.nodeTimeout(ttl))
+	var wg sync.WaitGroup
+	for _, ne := range bare {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cause := dialCause(ne.Addr, timeout); cause != nil {
+				ne.Err = &unansweredError{deadline: ne.Err, cause: cause}
+			}
+		}()
+	}
+	wg.Wait()
+	return err
+}
+
+// eachNodeError calls f with every *NodeError in err's tree.
+func eachNodeError(err error, f func(*NodeError)) {
+	switch e := err.(type) {
+	case *NodeError:
+		f(e)
+	case interface{ Unwrap() []error }:
+		for _, e := range e.Unwrap() {
+			eachNodeError(e, f)
+		}
+	case interface{ Unwrap() error }:
+		eachNodeError(e.Unwrap(), f)
+	}
+}
+
+// unansweredError is a node's failure that was a deadline alone, with the
+// cause that a dial of its address found (see nameCauses).
+type unansweredError struct{ deadline, cause error }
+
+func (e *unansweredError) Error() string   { return "no answer in time: " + e.cause.Error() }
+func (e *unansweredError) Unwrap() []error { return []error{e.cause, e.deadline} }
 
 // unreachableFix says what to check when node fails with err, an error
 // that waiting may fix (see permanent).

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -174,5 +177,62 @@ func TestRunSignalWhileCheckingURLs(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "the command did not run") {
 		t.Errorf("stderr does not say the command did not run: %s", p.stderr.String())
+	}
+}
+
+// TestRunForceReleaseGrace: a lock that a quorum says is gone (release
+// --force) has no validity left to protect: the command gets SIGTERM and
+// then its whole --kill-grace before SIGKILL, so that its TERM trap, which
+// needs part of the grace, finishes (it writes a file); one that ignores
+// SIGTERM is killed once the grace is over. Exit 76 either way.
+func TestRunForceReleaseGrace(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl   = 3 * time.Second // renewed every second: the loss is seen within one
+		grace = time.Second
+	)
+	for _, tc := range []struct {
+		name, script string
+	}{
+		{"trap", `trap 'sleep 0.3; echo cleaned > "$OUT"; exit 0' TERM; echo ready; while :; do sleep 0.05; done`},
+		{"ignores", `trap 'echo term > "$OUT"' TERM; echo ready; while :; do sleep 0.05; done`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := dlocktest.Start(t)
+			out := filepath.Join(t.TempDir(), "out")
+			p := startDlockEnv(t, []string{"OUT=" + out}, "run", "--redis", s.URL(), "--ttl", ttl.String(), "--kill-grace", grace.String(),
+				"job", "--", "sh", "-c", tc.script)
+			p.waitLine(t, "ready")
+			n, err := newLocker(t, s).ForceRelease(context.Background(), "job")
+			if err != nil || n != 1 {
+				t.Fatalf("ForceRelease: %d, %v", n, err)
+			}
+			released := time.Now()
+			p.waitEOF(t, 10*time.Second)
+			took := time.Since(released)
+			code := p.exitCode(t)
+			wrote, _ := os.ReadFile(out)
+			t.Logf("release --force → the command's group gone %s; it wrote %q; stderr: %s", took.Round(time.Millisecond), wrote, p.stderr.String())
+			if code != exitLockLost {
+				t.Errorf("exit %d, want %d", code, exitLockLost)
+			}
+			if !strings.Contains(p.stderr.String(), "SIGKILL in "+grace.String()) {
+				t.Errorf("stderr does not say SIGKILL comes after the grace (%s): %q", grace, p.stderr.String())
+			}
+			switch tc.name {
+			case "trap":
+				if string(wrote) != "cleaned\n" {
+					t.Errorf("the TERM trap did not finish within the grace: the file holds %q", wrote)
+				}
+			case "ignores":
+				if string(wrote) != "term\n" {
+					t.Errorf("the command did not get SIGTERM before SIGKILL: the file holds %q", wrote)
+				}
+				if took < grace {
+					t.Errorf("a command that ignores SIGTERM was gone %s after the release, before its grace (%s) was over", took, grace)
+				}
+			}
+		})
 	}
 }

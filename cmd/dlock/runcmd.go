@@ -401,21 +401,8 @@ loop:
 			ch.terminate(time.Now().Add(grace))
 		case <-lostC:
 			lostC, riskC = nil, nil
-			// SIGKILL after the grace, but never once the lock could have
-			// expired: another host may start the same job from then on.
-			// A lock that a quorum said is gone (released with --force,
-			// taken by another token) has no validity left: SIGKILL now.
-			at := earlier(time.Now().Add(grace), lock.ValidUntil())
-			switch {
-			case lost:
-				c.errorf("lost the lock %q while the command stopped; SIGKILL in %s",
-					lock.Key(), max(time.Until(earlier(at, ch.killAt)), 0).Round(time.Millisecond))
-			default:
-				c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
-					lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
-			}
+			c.stopLost(ch, lock, grace, lost)
 			lost = true
-			ch.terminate(at)
 		case <-ch.killC:
 			ch.kill()
 		}
@@ -433,6 +420,34 @@ loop:
 	ch.leftovers(lost)
 	c.debugf("the command exited with status %d", status)
 	return status, lost
+}
+
+// stopLost stops the command once the lock is lost (Lost closed):
+// SIGTERM, unless stopping (the validity ran down to the grace before, and
+// SIGTERM was sent then), and SIGKILL after the grace, but never once the
+// lock could have expired: another host may start the same job from then
+// on. A lock that a quorum said is gone (ValidUntil is zero: released with
+// --force, or taken by another token) has no validity left to protect:
+// another host may run the job already, and killing the command at once
+// would not undo that, only deny it its clean-up. It gets the whole grace.
+func (c *cli) stopLost(ch *child, lock *dlock.Lock, grace time.Duration, stopping bool) {
+	v := lock.ValidUntil()
+	at := time.Now().Add(grace)
+	if !v.IsZero() {
+		at = earlier(at, v)
+	}
+	switch {
+	case stopping:
+		c.errorf("lost the lock %q while the command stopped; SIGKILL in %s",
+			lock.Key(), max(time.Until(earlier(at, ch.killAt)), 0).Round(time.Millisecond))
+	case v.IsZero():
+		c.errorf("lost the lock %q while the command ran: it was released or taken elsewhere; stopping the command (SIGTERM now, SIGKILL in %s)",
+			lock.Key(), grace)
+	default:
+		c.errorf("lost the lock %q while the command ran; stopping it (SIGTERM now, SIGKILL in %s)",
+			lock.Key(), max(time.Until(at), 0).Round(time.Millisecond))
+	}
+	ch.terminate(at)
 }
 
 // signalName is "SIGTERM" for syscall.SIGTERM.

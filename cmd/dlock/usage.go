@@ -29,8 +29,10 @@ Examples:
     export DLOCK_REDIS=redis://a:6379,redis://b:6379,redis://c:6379
     dlock run report -- ./report.sh
 
-    # A lock taken in one step of a pipeline and released in another.
-    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+    # A lock taken in one step of a pipeline and released in another; a failed
+    # acquire (75 busy, 69 Redis down, ...) stops the script with its status.
+    lock=$(dlock acquire --ttl 10m deploy) || exit
+    token=${lock% *} fence=${lock#* }
     dlock extend --token "$token" --ttl 10m deploy
     dlock release --token "$token" deploy
 
@@ -114,7 +116,9 @@ before the validity ends, so COMMAND has its whole grace to clean up and is
 gone before another host can take the lock (exit 76). A renewal confirmed before then
 keeps it running. If the lock is already gone (an administrator's release
 --force, or a renewal refused because another process holds the key), another
-host may run COMMAND already: the group gets SIGTERM and SIGKILL at once.
+host may run COMMAND already and no validity is left to protect: the group
+gets SIGTERM as soon as dlock sees it (at the next renewal), then the whole
+--kill-grace, then SIGKILL (exit 76).
 A lock taken or deleted after its last renewal, when COMMAND ends before the
 next one, is found gone by the final release: exit 76 as well, since nothing
 then proves that COMMAND ran under the lock to its end.
@@ -134,11 +138,11 @@ Flags:
         How long to wait for the lock (default 0: try once). A waiter is woken
         by the holder's release, not by polling.
     --kill-grace DURATION
-        Time between SIGTERM and SIGKILL when the lock could expire (default
-        5s, cut to fit a short --ttl). At most 2·TTL/3 less the drift (TTL/100
-        + 2ms), the node timeout (TTL/5, at most 1s) and TTL/20 (at most
-        50ms), so that a renewal still within its node timeout never stops
-        COMMAND: 18.648s for --ttl 30s, 1.774s for 4s, 404ms for 1s.
+        Time between SIGTERM and SIGKILL when the lock could expire, or is
+        gone (default 5s, cut to fit a short --ttl). At most 2·TTL/3 less the
+        drift (TTL/100 + 2ms), the node timeout (TTL/5, at most 1s) and TTL/20
+        (at most 50ms), so that a renewal still within its node timeout never
+        stops COMMAND: 18.648s for --ttl 30s, 1.774s for 4s, 404ms for 1s.
     --metadata TEXT
         Who holds the lock, shown by dlock status (at most 1024 bytes;
         default "host=HOST pid=PID cmd=COMMAND", the command's name without
@@ -290,8 +294,10 @@ all of --wait; 69 when too few Redis nodes answered; 78 when Redis refused
 the commands or KEY is held with another --limit (or --shared); 64 on a
 usage error.
 
-Example:
-    set -- $(dlock acquire --ttl 10m deploy) && token=$1 fence=$2
+Example (a failed acquire stops the script with its status; the step after
+it never runs without the lock):
+    lock=$(dlock acquire --ttl 10m deploy) || exit
+    token=${lock% *} fence=${lock#* }
 `,
 	"extend": `Usage: dlock extend --token TOKEN [--ttl DURATION] [--limit N | --shared] [flags] KEY
 

@@ -670,34 +670,7 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 	}
 
 	deadline := time.Now().Add(timeout)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	// The calls' context ends at the round's deadline, and with the
-	// caller's cancellation only if it came before they were sent: once
-	// sent, a command runs whatever the caller does next, and its answer,
-	// however late, tells what it did. A client that ends a call as soon as
-	// its context ends (the other client families) would otherwise lose the
-	// answers of the nodes that a round decided without whenever the caller
-	// cancels as the round returns (defer cancel()): their effect would stay
-	// unknown, to be cleaned up, and a Release would wait for them. It ends
-	// after the round's context, never before, so that a call cut short by
-	// the deadline is reported as timed out, never as an answer.
-	callCtx := ctx
-	if ctx.Err() == nil {
-		var cancelCalls context.CancelFunc
-		callCtx, cancelCalls = context.WithCancel(context.WithoutCancel(ctx))
-		context.AfterFunc(ctx, func() {
-			if d := time.Until(deadline); d > 0 {
-				time.AfterFunc(d, cancelCalls)
-				return
-			}
-			cancelCalls()
-		})
-		cancelRound := cancel
-		cancel = func() {
-			cancelRound()
-			cancelCalls()
-		}
-	}
+	ctx, callCtx, cancel := roundContexts(ctx, deadline)
 	ch := make(chan Result[T], len(nodes))
 	answeredNode := make([]bool, len(nodes))
 	suspectBefore := make([]bool, len(nodes))
@@ -714,15 +687,67 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			ch <- Result[T]{Node: i, Val: v, Err: err}
 		})
 	}
-	results := make([]Result[T], 0, len(nodes))
-	decided := done(results, suspects)
+	results, decided := gather(ctx, nodes, ch, answeredNode, suspects, done)
+	timedOut := !decided && len(results) < len(nodes)
+	missing := missingOf(ctx, nodes, answeredNode, suspectBefore, timedOut, deadline)
+	pending := len(nodes) - len(results)
+	if pending == 0 {
+		cancel()
+		return results, missing
+	}
+	go lateAnswers(ch, pending, late, cancel)
+	return results, missing
+}
+
+// roundContexts returns the round's context (ctx, ending at deadline), the
+// context of its calls, and the cancel of both, to be called once every
+// call has returned.
+//
+// The calls' context ends at the round's deadline, and with the caller's
+// cancellation only if it came before they were sent: once sent, a command
+// runs whatever the caller does next, and its answer, however late, tells
+// what it did. A client that ends a call as soon as its context ends (the
+// other client families) would otherwise lose the answers of the nodes that
+// a round decided without whenever the caller cancels as the round returns
+// (defer cancel()): their effect would stay unknown, to be cleaned up, and a
+// Release would wait for them. It ends after the round's context, never
+// before, so that a call cut short by the deadline is reported as timed
+// out, never as an answer.
+func roundContexts(parent context.Context, deadline time.Time) (ctx, callCtx context.Context, cancel context.CancelFunc) {
+	ctx, cancel = context.WithDeadline(parent, deadline)
+	if ctx.Err() != nil {
+		return ctx, ctx, cancel
+	}
+	callCtx, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() {
+		if d := time.Until(deadline); d > 0 {
+			time.AfterFunc(d, cancelCalls)
+			return
+		}
+		cancelCalls()
+	})
+	cancelRound := cancel
+	return ctx, callCtx, func() {
+		cancelRound()
+		cancelCalls()
+	}
+}
+
+// gather receives the round's answers from ch, recording in answered the
+// nodes that gave them, until done decides (called once before any answer,
+// then after each, with the suspect nodes still pending), every node has
+// answered, or ctx ends. It reports whether done decided.
+func gather[T any](ctx context.Context, nodes []*Node, ch <-chan Result[T], answered []bool, suspects int,
+	done func(results []Result[T], suspects int) bool) (results []Result[T], decided bool) {
+	results = make([]Result[T], 0, len(nodes))
+	decided = done(results, suspects)
 	for !decided && len(results) < len(nodes) {
 		select {
 		case r := <-ch:
 			results = append(results, r)
-			answeredNode[r.Node] = true
+			answered[r.Node] = true
 			if suspects > 0 {
-				suspects = pendingSuspects(nodes, answeredNode)
+				suspects = pendingSuspects(nodes, answered)
 			}
 			decided = done(results, suspects)
 			continue
@@ -730,10 +755,18 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 		}
 		break
 	}
+	return results, decided
+}
+
+// missingOf lists the nodes whose missing answer is part of the round's
+// outcome (see Fanout): when the round timed out, every node that did not
+// answer (made suspect if the deadline passed, else the caller's ctx ended
+// first); else the nodes that were suspect when it began and did not
+// answer before it decided.
+func missingOf(ctx context.Context, nodes []*Node, answered, suspectBefore []bool, timedOut bool, deadline time.Time) []Missing {
 	var missing []Missing
-	timedOut := !decided && len(results) < len(nodes)
 	until := time.Now().Add(suspectFor).UnixNano()
-	for i, a := range answeredNode {
+	for i, a := range answered {
 		switch {
 		case a:
 		case timedOut && !time.Now().Before(deadline):
@@ -746,21 +779,19 @@ func Fanout[T any](ctx context.Context, nodes []*Node, timeout time.Duration,
 			missing = append(missing, Missing{Node: i, Err: ErrNotWaited})
 		}
 	}
-	pending := len(nodes) - len(results)
-	if pending == 0 {
-		cancel()
-		return results, missing
-	}
-	go func() {
-		defer cancel()
-		for ; pending > 0; pending-- {
-			r := <-ch
-			if late != nil {
-				late.Late(r)
-			}
+	return missing
+}
+
+// lateAnswers passes the pending answers that arrive on ch after the round
+// returned to late (if not nil), then cancels the round's contexts.
+func lateAnswers[T any](ch <-chan Result[T], pending int, late Late[T], cancel context.CancelFunc) {
+	defer cancel()
+	for ; pending > 0; pending-- {
+		r := <-ch
+		if late != nil {
+			late.Late(r)
 		}
-	}()
-	return results, missing
+	}
 }
 
 func pendingSuspects(nodes []*Node, answered []bool) int {

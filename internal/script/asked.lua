@@ -13,12 +13,17 @@
 -- A value or member "~WAITER" is a reservation for a woken waiter (see
 -- base.lua): no holder, not told.
 --
--- Returns the number of holders told: 0 when the key has none (nothing is
--- written or published). Otherwise each holder's token gets ARGV[1] in
--- KEYS[2] unless it has a request already (the first one counts), which expires with the lock's key as it is now (never later: a
--- request is for the holders at the time, and a later holder's token is
--- not in it), and ARGV[2] gets "TOKEN TOKEN …\n" .. ARGV[1]. A key of
--- another type is an error reply, before anything is written.
+-- Returns the number of holders asked: 0 when the key has none (nothing is
+-- written or published). Otherwise each holder's token that has no request
+-- yet gets ARGV[1] in KEYS[2] (the first request counts), which then
+-- expires with the lock's key as it is now (never later: a request is for
+-- the holders at the time, and a later holder's token is not in it), and
+-- ARGV[2] gets "TOKEN TOKEN …\n" .. ARGV[1], naming those tokens only. A
+-- holder that has a request already is not told again (it heard it, or
+-- reads it when it begins to listen), so that a command that runs again (a
+-- retry, a resend) writes and publishes nothing and returns the same
+-- number. A key of another type is an error reply, before anything is
+-- written.
 local ty = redis.call('TYPE', KEYS[1])['ok']
 local holders = {}
 if ty == 'string' then
@@ -48,11 +53,15 @@ local aty = redis.call('TYPE', KEYS[2])['ok']
 if aty ~= 'hash' and aty ~= 'none' then
   return redis.error_reply('WRONGTYPE dlock: the requests key ' .. KEYS[2] .. ' holds another type')
 end
+local told = {}
 for _, h in ipairs(holders) do
   if redis.call('HEXISTS', KEYS[2], h) == 0 then
     redis.call('HSET', KEYS[2], h, ARGV[1]) -- the first request counts
+    told[#told + 1] = h
   end
 end
-redis.call('PEXPIRE', KEYS[2], life)
-redis.call('PUBLISH', ARGV[2], table.concat(holders, ' ') .. '\n' .. ARGV[1])
+if #told > 0 then
+  redis.call('PEXPIRE', KEYS[2], life)
+  redis.call('PUBLISH', ARGV[2], table.concat(told, ' ') .. '\n' .. ARGV[1])
+end
 return #holders

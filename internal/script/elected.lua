@@ -12,20 +12,28 @@
 -- ARGV[5] announcement   "L TERM TOKEN VALUE", published on ARGV[4]
 --
 -- Returns the number of terms begun, this one included, when the lock
--- holds ARGV[1]: counted once per term (a retried command counts nothing
--- twice), and published first as "C TERM N" on ARGV[4]; else 0, and
--- nothing is counted. The announcement is published either way, as a
--- PUBLISH of the client would (a refused PUBLISH fails nothing).
-local n = 0
-local t = redis.call('TYPE', KEYS[2])['ok']
-if redis.pcall('GET', KEYS[1]) == ARGV[1] and (t == 'hash' or t == 'none') then
-  n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0') or 0
-  if redis.call('HGET', KEYS[2], 't') ~= ARGV[2] then
-    n = n + 1
-    redis.call('HSET', KEYS[2], 'n', string.format('%d', n), 't', ARGV[2])
-  end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  redis.pcall('PUBLISH', ARGV[4], 'C ' .. ARGV[2] .. ' ' .. string.format('%d', n))
+-- holds ARGV[1] and KEYS[2] is a hash or nothing: the term is counted, the
+-- expiry of KEYS[2] set, "C TERM N" then ARGV[5] published on ARGV[4]
+-- (a refused PUBLISH fails nothing), once per term: a command that runs
+-- again for a term counted already (a retry, a resend) writes and
+-- publishes nothing and returns the same number. Else 0, and nothing is
+-- written or published: a node where the leader does not hold the lock
+-- (it never granted it, or the term is over: a late command) does not
+-- announce it; observers hear it from the nodes that hold it, or read it.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
+local t = redis.call('TYPE', KEYS[2])['ok']
+if t ~= 'hash' and t ~= 'none' then
+  return 0
+end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0') or 0
+if redis.call('HGET', KEYS[2], 't') == ARGV[2] then
+  return n
+end
+n = n + 1
+redis.call('HSET', KEYS[2], 'n', string.format('%d', n), 't', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.pcall('PUBLISH', ARGV[4], 'C ' .. ARGV[2] .. ' ' .. string.format('%d', n))
 redis.pcall('PUBLISH', ARGV[4], ARGV[5])
 return n
