@@ -194,6 +194,7 @@ func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOptio
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.adopt(ctx, key, token, cfg)
+	err = l.nameCauses(err, cfg.ttl)
 	a.attempted(k, classOf(err))
 	a.end(k, err)
 	return k, err

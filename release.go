@@ -99,7 +99,7 @@ func (k *Lock) release(ctx context.Context) *releaseRound {
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	roundErr := k.releaseRound(ctx, ttl)
+	roundErr := k.l.nameCauses(k.releaseRound(ctx, ttl), ttl) // before the round's callers share it
 	err := roundErr
 	if wasLost {
 		err = fmt.Errorf("%w: %q was lost before it was released", ErrNotHeld, k.key)

@@ -55,7 +55,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return fmt.Errorf("%w: %q", ErrNotHeld, k.key)
 	}
-	return k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl))
+	return k.l.nameCauses(k.extendRound(ctx, ttl, k.l.nodeTimeout(ttl)), ttl)
 }
 
 // takeOps takes the lock's slot of the rounds that set its TTL, waiting
