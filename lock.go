@@ -198,7 +198,8 @@ func (k *Lock) endLost() {
 // TTL returns the lock's configured TTL, not the time it has left (unlike
 // bsm/redislock's TTL): for that, see [Lock.ValidUntil]. It is WithTTL's
 // (DefaultTTL without it), or the last one an Extend confirmed; each
-// renewal sets the key's expiry to it again.
+// renewal makes the key live at least that long again (no command moves
+// a key's expiry earlier: see Extend).
 func (k *Lock) TTL() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()
