@@ -236,3 +236,44 @@ func TestServerDownFailsFast(t *testing.T) {
 		t.Errorf("TryAcquire on a server that is down took %s (node timeout %s): it waited for the server", d, nodeTimeout)
 	}
 }
+
+// TestLateCopyOfShorteningExtend: an Extend to 1234ms whose first copy is
+// held up on a connection that failed (conn.Do sends it again, and it is
+// answered), then an Extend to 10s; the held copy runs last. The key must
+// still live as long as the holder's validity (no command of dlock moves
+// an expiry earlier).
+func TestLateCopyOfShorteningExtend(t *testing.T) {
+	s := dlocktest.Start(t)
+	p, err := dlocktest.NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	admin := s.Client()
+	defer admin.Close()
+	c := client(t, valkey.ClientOption{InitAddress: []string{p.Addr()}})
+	l := dlockvalkey.New(c)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := l.Acquire(ctx, "late", dlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := p.HoldBack("$4\r\n1234\r\n")
+	if err := k.Extend(ctx, 1234*time.Millisecond); err != nil {
+		t.Fatalf("Extend(1234ms), sent again after a reset: %v", err)
+	}
+	if err := k.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := deliver(ctx); err != nil {
+		t.Fatalf("the held copy: %v", err)
+	}
+	if pttl, left := admin.PTTL(ctx, "dlock:{late}").Val(), time.Until(k.ValidUntil()); pttl < left {
+		t.Fatalf("the key expires in %v, the holder's validity runs %v: a late copy of Extend(1234ms) cut it short", pttl, left)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
