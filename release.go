@@ -36,7 +36,13 @@ type releaseRound struct {
 // It returns nil when a quorum confirmed the release, and an error wrapping
 // ErrNotHeld if the lock had been lost (Lost had fired, or the Locker was
 // closed) or a quorum said it no longer held it: work done under the lock
-// may then have overlapped another owner's. Any other error means the
+// may then have overlapped another owner's. A node where an earlier copy
+// of the release may have run (the client sent it again after its first
+// answer was lost, or an earlier Release went unanswered there) and that
+// now finds the key gone counts as confirmed, when the lock was still
+// valid as this release began: nothing but that copy, a force release or
+// a loss of Redis' data can have freed it, and the work done under the lock
+// did not overlap another owner's. Any other error means the
 // release could not be confirmed; the key then expires after its TTL, and
 // Release may be called again. Calls made while a Release is under way wait
 // for it and return its outcome; Release after a successful Release returns
