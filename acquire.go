@@ -25,7 +25,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.tryAcquire(ctx, key, cfg, &a)
-	if movedLimit(&cfg, err) {
+	var lim limitRetry // the limit was changed (SetLimit): see limitRetry
+	for lim.again(ctx, l, key, &cfg, err) {
 		k, err = l.tryAcquire(ctx, key, cfg, &a)
 	}
 	err = l.nameCauses(err, cfg.ttl)
@@ -87,7 +88,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	var a acquisition
 	a.start(l, ctx, key, cfg)
 	k, err := l.acquire(ctx, key, cfg, &a)
-	if movedLimit(&cfg, err) {
+	var lim limitRetry // the limit was changed (SetLimit): see limitRetry
+	for lim.again(ctx, l, key, &cfg, err) {
 		k, err = l.acquire(ctx, key, cfg, &a)
 	}
 	err = l.nameCauses(err, cfg.ttl)
@@ -121,6 +123,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 	// inbox) or for as long as nextWait says, whichever comes first, and
 	// try again. Close and ctx end the wait.
 	var counters waitCounters
+	var lim limitRetry
 	// last is the last attempt that ctx did not cut short: when ctx ends,
 	// it says whether the wait was for a busy lock or for nodes.
 	var last *attemptResult
@@ -145,8 +148,8 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		if ctx.Err() != nil && res.cutShort(false) && last != nil {
 			res = *last
 		}
-		if res.final(ctx) && ctx.Err() == nil && movedLimit(&cfg, res.limitErr) {
-			continue // the limit asked for was changed (SetLimit): ask with the new one
+		if res.final(ctx) && lim.again(ctx, l, key, &cfg, res.limitErr) {
+			continue // the limit was changed (SetLimit): ask with the new one, or once the nodes agree
 		}
 		if res.final(ctx) {
 			return nil, res.err(key, ctx)

@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,11 +24,29 @@ const LimitGrace = 10 * time.Minute
 var limitGrace = LimitGrace
 
 // SetLimit changes the limit of the semaphore named key (WithLimit) while
-// it has holders, to n, atomically on each node (setlimit.lua), and on a
-// quorum of them for success. It costs one command per node.
+// it has holders, to n. It reads the key's limit on every node
+// (limitstate.lua), then makes the change on every node, atomically on
+// each (setlimit.lua): two commands per node.
+//
+// It returns nil once the change reached as many nodes as a permit of n
+// needs (over N masters floor(N·n/(n+1))+1: three of three, five of five
+// for n ≥ 4), nodes without a permit included; the acquisitions that begin
+// after it are counted against n. Otherwise its error says how many nodes
+// it reached and how many were needed: ErrUnavailable when nodes did not
+// answer in time, ErrMisconfigured when they refused the command for good.
+// Where it was made, the change stands; a node that missed it keeps the
+// old limit (its holders' renewals keep it there) until the next
+// acquisition that a node refuses for the limit brings it along (it reads
+// the nodes and sends the last change to those behind it, then asks once
+// more), or SetLimit is called again. Each change is numbered after the
+// last one that the nodes recorded and after their clocks (as fences are):
+// its command run twice (a client's retry) answers alike and changes
+// nothing twice, a copy that runs after a later change changes nothing,
+// and a copy that runs more than LimitGrace after the nodes were read is
+// dropped.
 //
 // Raising the limit wakes at once as many waiters as it frees permits (at
-// most 100 per call; the others are admitted by the next release, or by
+// most 100 per node; the others are admitted by the next release, or by
 // their own wait running out, at the latest when a holder's TTL would).
 // Lowering it admits no one until fewer than n permits are held: the
 // holders keep their permits, renew them and release them as before.
@@ -39,38 +56,34 @@ var limitGrace = LimitGrace
 // again with n: one more round; its Lock then renews with n). Beyond the
 // grace, or for any other limit, an acquisition whose limit disagrees with
 // the holders' is ErrMisconfigured, as before: give every process the new
-// limit within the grace. Only the limit just before the last change is
-// remembered, with the key: a node restarted without its data (or the
-// key's eviction) forgets the change and its grace, so that until the
-// holders of one limit have left, an acquisition asking for the other is
-// ErrMisconfigured there. Processes of a dlock version before SetLimit are not told
-// of the change: while the key is held, their acquisitions with the old
-// limit are ErrMisconfigured, and their holders' renewals write their own
-// limit back (each renewal of those versions writes the limit): change a
-// limit once every process that uses the key runs this version.
+// limit within the grace. A node restarted without its data (or the key's
+// eviction) forgets the change: it is brought along as a node that missed
+// it, from the other nodes' record of the change within the grace, and
+// after it from the limit that a majority of the nodes hold. Processes of
+// a dlock version before SetLimit are not told of the change: while the
+// key is held, their acquisitions with the old limit are ErrMisconfigured,
+// and their holders' renewals write their own limit back (each renewal of
+// those versions writes the limit): change a limit once every process that
+// uses the key runs this version.
 //
 // Only a held semaphore has a stored limit: a key with no live permit is
 // limited by what its next acquisition asks for, so SetLimit then changes
 // nothing and returns an error wrapping ErrNotHeld. A plain lock (limit 1)
 // or shared holds (WithShared) have no limit to change: ErrMisconfigured.
-// n < 2 is ErrInvalid (a limit of 1 is a plain lock, another shape);
-// ErrUnavailable when too few nodes answered (the limit may then have
-// changed on some: call SetLimit again, which changes nothing twice).
+// n < 2 is ErrInvalid (a limit of 1 is a plain lock, another shape). When
+// fewer than a majority of the nodes answer the first command, nothing
+// changes: ErrUnavailable.
 //
-// Over N masters a permit needs floor(N·n/(n+1))+1 nodes, which depends on
-// n, and the nodes change one by one: an acquisition that runs while
-// SetLimit is under way is counted against the old limit by the nodes not
-// yet changed (it needs the old limit's quorum of them) and refused by the
-// others (it then asks again with the new limit). The new limit holds for
-// the acquisitions that begin after SetLimit returned. Until then, on up to
-// six masters, the holders never exceed the larger of the two limits (the
-// counting argument: TestLimitChangeBound); on more masters that is not
+// The bound: while a change is under way (SetLimit has not returned nil,
+// or a node it missed was not brought along yet), the nodes disagree, and
+// an acquisition is counted against the limit of the nodes that granted
+// it, a quorum of that limit. On up to six masters the holders never
+// exceed the larger of the old and the new limit (the counting argument:
+// TestLimitChangeBound). A change begun while an earlier one is under way
+// puts three limits in play: the holders never exceed the largest on up to
+// four masters (TestLimitChangeBound3). On more masters neither is
 // guaranteed while the change is under way: change the limit while the
-// key is quiet, or accept it. While the nodes disagree (the change under
-// way, and on the nodes that held no permit until its second round, which
-// records the previous limit there), an acquisition on a Redlock may also
-// be refused as misconfigured: try it again. One Redis and a Cluster
-// change atomically.
+// key is quiet, or accept it. One Redis and a Cluster change atomically.
 func (l *Locker) SetLimit(ctx context.Context, key string, n int) error {
 	if err := l.checkKey(key); err != nil {
 		return err
@@ -79,15 +92,13 @@ func (l *Locker) SetLimit(ctx context.Context, key string, n int) error {
 		return invalid("a semaphore's limit must be at least 2, not %d (a limit of 1 is a plain lock)", n)
 	}
 	nm := l.names(key)
-	limit, grace := strconv.Itoa(n), strconv.FormatInt(max(limitGrace.Milliseconds(), 1), 10)
-	o, old, free := l.setLimitRound(ctx, nm, limit, grace, "")
-	if free && old != "" && o.ok >= o.q {
-		// Nodes without a permit keep the previous limit too, so that an
-		// acquisition that asks for it is sent to the new one there as
-		// well (see SetLimit: a second round, only then).
-		l.setLimitRound(ctx, nm, limit, grace, old)
+	states, o := l.limitStates(ctx, nm)
+	if err := o.readErr(key, states, l.quorum); err != nil {
+		return err
 	}
-	return o.err(key)
+	c, readAt := nextChange(states, strconv.Itoa(n))
+	o = l.applyLimit(ctx, nm, c, readAt, nil, quorum.For(len(l.nodes), n))
+	return o.changeErr(key, n)
 }
 
 // setLimitOutcome is a SetLimit round's outcome, and the shape that refused.
@@ -96,14 +107,171 @@ type setLimitOutcome struct {
 	shape string
 }
 
-// setLimitRound runs setlimit.lua (its ARGV[7] old) on every node and
-// counts the answers; it returns the previous limit that the nodes that
-// changed reported, and whether a node had no permit.
-func (l *Locker) setLimitRound(ctx context.Context, nm *keys.Names, limit, grace, old string) (o setLimitOutcome, prev string, free bool) {
+// limitChange is a change of a semaphore's limit, as setlimit.lua records
+// it ("OLD NEW OP TOKEN"): from old to new, numbered op (the zero change:
+// none), ordered by op, then token.
+type limitChange struct {
+	old, new string
+	op       uint64
+	token    string
+}
+
+// before reports whether c comes before d.
+func (c limitChange) before(d limitChange) bool {
+	return c.op < d.op || (c.op == d.op && c.token < d.token)
+}
+
+// parseLimitChange reads a change as setlimit.lua records it; the zero
+// change for "" or a record it cannot read.
+func parseLimitChange(s string) limitChange {
+	f := strings.Fields(s)
+	if len(f) != 4 {
+		return limitChange{}
+	}
+	op, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return limitChange{}
+	}
+	return limitChange{old: f[0], new: f[1], op: op, token: f[3]}
+}
+
+// limitState is what limitstate.lua read on one node: ok when it answered.
+type limitState struct {
+	ok     bool
+	code   int64  // 1 live permits, 0 none, -1 a plain lock, -2 shared holds
+	limit  string // the stored limit, "" if none
+	change limitChange
+	now    uint64 // the server's time, ms
+}
+
+// limitStates reads every node's limitState (limitstate.lua), counting the
+// answers in o (which needs a majority).
+func (l *Locker) limitStates(ctx context.Context, nm *keys.Names) ([]limitState, setLimitOutcome) {
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
-		quorum.RunFunc[limitReply](func(ctx context.Context, i int, c node.Conn) (limitReply, error) {
-			argv := script.SetLimitArgs{Limit: limit, Grace: grace, Old: old, Waker: l.waker(i, nm)}
-			v, err := l.runScript(ctx, c, l.nodeTimeout(DefaultTTL), script.SetLimit, argv.Command(nm.SetLimitKeys()))
+		quorum.RunFunc[limitState](func(ctx context.Context, i int, c node.Conn) (limitState, error) {
+			v, err := runOn(ctx, c, script.LimitState, script.LimitStateCommand(nm.SetLimitKeys())) // a read: no replica to wait for
+			if err != nil {
+				return limitState{}, err
+			}
+			return parseLimitState(v)
+		}),
+		func(rs []quorum.Result[limitState], suspects int) bool {
+			return quorum.AllAnswering(rs, suspects, len(l.nodes))
+		}, nil)
+	o := setLimitOutcome{outcome: l.newOutcome(nm.Key, l.quorum)}
+	states := make([]limitState, len(l.nodes))
+	for _, r := range results {
+		if r.Err != nil {
+			o.failed(l, r.Node, r.Err)
+			continue
+		}
+		o.confirmed()
+		states[r.Node] = r.Val
+	}
+	o.missed(l, missing)
+	return states, o
+}
+
+// parseLimitState reads limitstate.lua's reply: {code, limit, change, now}.
+func parseLimitState(v any) (limitState, error) {
+	if a, ok := v.([]any); ok && len(a) == 4 {
+		code, cok := a[0].(int64)
+		limit, lok := a[1].(string)
+		change, chok := a[2].(string)
+		now, nok := a[3].(string)
+		ms, err := strconv.ParseUint(now, 10, 64)
+		if cok && lok && chok && nok && err == nil {
+			return limitState{ok: true, code: code, limit: limit, change: parseLimitChange(change), now: ms}, nil
+		}
+	}
+	return limitState{}, script.BadReply("unexpected reply of limitstate.lua: %v", v)
+}
+
+// readErr is SetLimit's error from the nodes' states read before a change
+// (o counted them): a shape without a limit, too few answers, or no live
+// permit; nil to go on with the change.
+func (o *setLimitOutcome) readErr(key string, states []limitState, majority int) error {
+	held := 0
+	for _, s := range states {
+		switch {
+		case !s.ok:
+		case s.code == -1:
+			o.shape = "a plain lock"
+		case s.code == -2:
+			o.shape = "shared holds"
+		case s.code == 1:
+			held++
+		}
+	}
+	switch class := o.class(ErrUnavailable); {
+	case o.shape != "":
+		return o.wrap(ErrMisconfigured, fmt.Sprintf("set limit of %q: it is held as %s, which has no limit to change", key, o.shape))
+	case class != nil:
+		return o.wrap(class, fmt.Sprintf("set limit of %q: too few nodes answered to read its limit, nothing changed%s", key, o.counts("answered")))
+	case held == 0:
+		return o.wrap(ErrNotHeld, fmt.Sprintf("set limit of %q: no permit is held, so no limit is stored: the next acquisition's WithLimit sets it", key))
+	}
+	return nil
+}
+
+// nextChange is the change of the limit to n after the nodes' states: from
+// the limit that most of the nodes with permits store (or, when the last
+// change recorded already made n, from that change's old limit: SetLimit
+// called again completes it), numbered after the last change recorded and
+// the nodes' clocks. readAt is the latest of those clocks.
+func nextChange(states []limitState, n string) (c limitChange, readAt uint64) {
+	var last limitChange
+	for _, s := range states {
+		if s.ok {
+			readAt = max(readAt, s.now)
+			if last.before(s.change) {
+				last = s.change
+			}
+		}
+	}
+	old, _ := mostHeld(states, last.new)
+	if old == n && last.new == n {
+		old = last.old
+	}
+	if old == "" {
+		old = n
+	}
+	return limitChange{old: old, new: n, op: max(last.op+1, readAt), token: newToken()}, readAt
+}
+
+// mostHeld is the limit that the most nodes with live permits store, and
+// how many do; prefer wins a tie.
+func mostHeld(states []limitState, prefer string) (string, int) {
+	counts := map[string]int{}
+	for _, s := range states {
+		if s.ok && s.code == 1 && s.limit != "" {
+			counts[s.limit]++
+		}
+	}
+	best, most := "", 0
+	for limit, k := range counts {
+		if k > most || (k == most && (limit == prefer || (best != prefer && limit < best))) {
+			best, most = limit, k
+		}
+	}
+	return best, most
+}
+
+// applyLimit sends change c, whose nodes were read at readAt (server ms),
+// to the nodes that send says (every node when nil), and counts in o, which
+// needs q, the nodes where it now stands: changed, recorded where no
+// permit is live, or passed by a later change (it was made before it).
+func (l *Locker) applyLimit(ctx context.Context, nm *keys.Names, c limitChange, readAt uint64, send []bool, q int) (o setLimitOutcome) {
+	argv := script.SetLimitArgs{Limit: c.new, Old: c.old, Op: strconv.FormatUint(c.op, 10), Token: c.token,
+		ReadAt: strconv.FormatUint(readAt, 10), Grace: strconv.FormatInt(max(limitGrace.Milliseconds(), 1), 10)}
+	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
+		quorum.RunFunc[limitReply](func(ctx context.Context, i int, conn node.Conn) (limitReply, error) {
+			if send != nil && !send[i] {
+				return limitReply{code: limitNotSent}, nil
+			}
+			argv := argv
+			argv.Waker = l.waker(i, nm)
+			v, err := l.runScript(ctx, conn, l.nodeTimeout(DefaultTTL), script.SetLimit, argv.Command(nm.SetLimitKeys()))
 			if err != nil {
 				return limitReply{}, err
 			}
@@ -112,59 +280,129 @@ func (l *Locker) setLimitRound(ctx context.Context, nm *keys.Names, limit, grace
 		func(rs []quorum.Result[limitReply], suspects int) bool {
 			return quorum.AllAnswering(rs, suspects, len(l.nodes))
 		}, nil)
-	o.outcome = l.newOutcome(nm.Key, l.quorum)
+	o.outcome = l.newOutcome(nm.Key, q)
 	for _, r := range results {
 		switch {
 		case r.Err != nil:
 			o.failed(l, r.Node, r.Err)
-		case r.Val.code == 1:
+		case r.Val.code >= 0 && r.Val.code <= 2:
 			o.confirmed()
-			prev = cmp.Or(prev, r.Val.old)
+		case r.Val.code == 3:
+			o.failed(l, r.Node, errLateChange)
 		case r.Val.code == -1:
 			o.shape = "a plain lock"
 			o.refusal()
 		case r.Val.code == -2:
 			o.shape = "shared holds"
 			o.refusal()
-		default:
-			free = true
-			o.refusal()
 		}
 	}
 	o.missed(l, missing)
-	return o, prev, free
+	return o
 }
 
-// err is SetLimit's error for key, or nil.
-func (o *setLimitOutcome) err(key string) error {
-	class := o.class(ErrNotHeld)
+// limitNotSent is applyLimit's reply for a node it did not send to.
+const limitNotSent = -100
+
+// errLateChange fails a node on which setlimit.lua ran more than
+// LimitGrace after the nodes were read (by that node's clock).
+var errLateChange = errors.New("the change of the limit arrived later than LimitGrace after the limits were read: not made (is the node's clock ahead?)")
+
+// changeErr is SetLimit's error for key and n after the change, or nil.
+func (o *setLimitOutcome) changeErr(key string, n int) error {
+	class := o.class(ErrUnavailable)
 	switch {
 	case class == nil:
 		return nil
 	case o.shape != "":
 		return o.wrap(ErrMisconfigured, fmt.Sprintf("set limit of %q: it is held as %s, which has no limit to change", key, o.shape))
-	case class == ErrNotHeld:
-		return o.wrap(ErrNotHeld, fmt.Sprintf("set limit of %q: no permit is held, so no limit is stored: the next acquisition's WithLimit sets it", key))
 	}
-	return o.wrap(class, fmt.Sprintf("set limit of %q%s", key, o.counts("changed it")))
+	return o.wrap(class, fmt.Sprintf("set limit of %q to %d: it reached %d of %d nodes, and a permit of limit %d needs %d; "+
+		"it stands where it was made, and an acquisition that a node refuses for the limit brings the others along (or call SetLimit again)",
+		key, n, o.ok, o.n, n, o.q))
 }
 
-// limitReply is setlimit.lua's reply on one node.
-type limitReply struct {
-	code int64
-	old  string
-}
+// limitReply is setlimit.lua's reply on one node: its code.
+type limitReply struct{ code int64 }
 
-// parseLimitReply reads setlimit.lua's reply: {code, woken, old}.
+// parseLimitReply reads setlimit.lua's reply: {code, woken, limit}.
 func parseLimitReply(v any) (limitReply, error) {
 	if a, ok := v.([]any); ok && len(a) == 3 {
 		code, cok := a[0].(int64)
-		old, ook := a[2].(string)
-		if cok && ook {
-			return limitReply{code: code, old: old}, nil
+		_, lok := a[2].(string)
+		if cok && lok {
+			return limitReply{code: code}, nil
 		}
 	}
 	return limitReply{}, script.BadReply("unexpected reply of setlimit.lua: %v", v)
+}
+
+// convergeLimit brings along the nodes of key that missed the last change
+// of its limit (catchUp), for an acquisition that a node refused for the
+// limit: one round to read the nodes, one to send the change to those
+// behind. It reports whether one of them took it.
+func (l *Locker) convergeLimit(ctx context.Context, nm *keys.Names) bool {
+	if len(l.nodes) == 1 {
+		return false // one Redis, or a Cluster: no node to bring along
+	}
+	states, o := l.limitStates(ctx, nm)
+	if o.ok < l.quorum {
+		return false
+	}
+	c, readAt, send := catchUp(states, l.quorum)
+	if send == nil {
+		return false
+	}
+	return l.applyLimit(ctx, nm, c, readAt, send, 1).ok > 0
+}
+
+// catchUp is the change that the nodes whose states a majority read should
+// all have made, and the nodes that have not (send; nil: none to change).
+// The last change recorded, when a majority of the nodes take its limit
+// (they hold it, or no permit): it goes to the nodes that recorded an
+// earlier one or none. Once no node records one (the grace ran out), the
+// limit that a majority of the nodes hold, as a change of its own: it goes
+// to the nodes that hold another.
+func catchUp(states []limitState, majority int) (c limitChange, readAt uint64, send []bool) {
+	for _, s := range states {
+		if s.ok {
+			readAt = max(readAt, s.now)
+			if c.before(s.change) {
+				c = s.change
+			}
+		}
+	}
+	send = make([]bool, len(states))
+	behind, take := 0, 0
+	for i, s := range states {
+		switch {
+		case !s.ok || s.code < 0:
+		case c.op != 0:
+			if s.code == 0 || s.limit == c.new {
+				take++
+			}
+			if s.change.before(c) {
+				send[i] = true
+				behind++
+			}
+		case s.code == 1:
+			send[i] = true // for now: those holding another limit, below
+		}
+	}
+	if c.op == 0 {
+		limit, most := mostHeld(states, "")
+		take, c = most, limitChange{old: limit, new: limit, op: readAt, token: newToken()}
+		for i, s := range states {
+			send[i] = send[i] && s.limit != limit
+			if send[i] {
+				behind++
+			}
+		}
+	}
+	if take < majority || behind == 0 {
+		return c, readAt, nil
+	}
+	return c, readAt, send
 }
 
 // limitMoved reports whether err is semaphore.lua's answer to an
@@ -183,17 +421,34 @@ func limitMoved(err error) (int, bool) {
 	return n, perr == nil && n > 1
 }
 
-// movedLimit reports whether err, an acquisition's with cfg, says that
-// SetLimit changed the limit cfg asks for within the grace; then cfg asks
-// for the new limit, and the caller asks again once (see SetLimit).
-func movedLimit(cfg *lockConfig, err error) bool {
-	if err == nil {
-		return false
-	}
+// limitRetry is what an acquisition did about the limits its attempts
+// were refused for: how often it asked again with the limit that SetLimit
+// changed the one asked for to, and whether it brought the nodes along to
+// the last change of the limit (see SetLimit).
+type limitRetry struct {
+	moves     int
+	converged bool
+}
+
+// again reports whether an acquisition of key with cfg whose attempt
+// failed with err should make another: err says that SetLimit changed the
+// limit cfg asks for within the grace (cfg then asks for the new limit;
+// twice at most), or that a node holds the key with another limit and
+// bringing the nodes along to the last change of the limit (once) changed
+// one of them.
+func (r *limitRetry) again(ctx context.Context, l *Locker, key string, cfg *lockConfig, err error) bool {
 	var e *limitMismatchError
-	if !errors.As(err, &e) || e.moved < 2 || cfg.limit < 2 || e.moved == cfg.limit {
+	if err == nil || ctx.Err() != nil || !errors.As(err, &e) || cfg.limit < 2 || cfg.shared {
 		return false
 	}
-	cfg.limit = e.moved
-	return true
+	if e.moved >= 2 && e.moved != cfg.limit && r.moves < 2 {
+		cfg.limit = e.moved
+		r.moves++
+		return true
+	}
+	if r.converged {
+		return false
+	}
+	r.converged = true
+	return l.convergeLimit(ctx, l.names(key))
 }

@@ -24,7 +24,7 @@ type Names struct {
 	// raise.lua four from the lock on;
 	// time.lua the lock; the acquisitions also take the previous limit
 	// (KEYS[9]: semaphore.lua reads it, see Locker.SetLimit), and
-	// setlimit.lua all nine. One array, so that a lock's names
+	// setlimit.lua and limitstate.lua all nine. One array, so that a lock's names
 	// cost a few small allocations, not a copy per script.
 	Keys [9]any
 }
@@ -41,7 +41,7 @@ const (
 	LimitKey           // prefix{K}:limit
 	LeasesKey          // prefix{K}:wexp
 	WritersKey         // prefix{K}:writers
-	OldLimitKey        // prefix{K}:oldlimit: "OLD NEW" for a grace after SetLimit
+	OldLimitKey        // prefix{K}:oldlimit: "OLD NEW OP TOKEN", the last change, for a grace after SetLimit
 )
 
 func (n *Names) name(i int) string { return n.Keys[i].(string) }
@@ -84,7 +84,7 @@ func (n *Names) AcquireKeys() []any { return n.Keys[:] }
 // ReleaseKeys are release.lua's KEYS.
 func (n *Names) ReleaseKeys() []any { return n.Keys[:OldLimitKey:OldLimitKey] }
 
-// SetLimitKeys are setlimit.lua's KEYS: all nine.
+// SetLimitKeys are setlimit.lua's KEYS, and limitstate.lua's: all nine.
 func (n *Names) SetLimitKeys() []any { return n.Keys[:] }
 
 // ProclaimKeys are proclaim.lua's KEYS: the lock and its metadata (made

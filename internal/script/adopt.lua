@@ -15,7 +15,7 @@
 -- KEYS[5] limit          prefix{K}:limit
 -- KEYS[6] waiter leases  prefix{K}:wexp (not used)
 -- KEYS[7] writers        prefix{K}:writers (not used)
--- KEYS[8] old limit      prefix{K}:oldlimit ("OLD NEW" after SetLimit)
+-- KEYS[8] old limit      prefix{K}:oldlimit ("OLD NEW ..." after SetLimit)
 -- ARGV[1] token          the owner token of the hold to adopt
 -- ARGV[2] ttl            new TTL in milliseconds, counted from now
 -- ARGV[3] retention      ms the fence counter lives after its last use
@@ -59,8 +59,8 @@ if limit ~= '1' then
     return other
   end
   if ty == 'zset' and held and held ~= limit then
-    local was = redis.call('GET', KEYS[8])
-    if limit == '0' or held == '0' or was ~= limit .. ' ' .. held then
+    local old, new = string.match(redis.call('GET', KEYS[8]) or '', '^(%d+) (%d+)')
+    if limit == '0' or held == '0' or old ~= limit or new ~= held then
       return other
     end
     limit = held -- moved by SetLimit

@@ -18,9 +18,9 @@
 -- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter with an intent
 --                                          -> its queue position; see shared.lua's "Shared
 --                                          holds")
--- KEYS[9] old limit      prefix{K}:oldlimit (a string "OLD NEW" for a grace after
---                                          Locker.SetLimit changed a semaphore's limit from
---                                          OLD to NEW; semaphore.lua's only)
+-- KEYS[9] old limit      prefix{K}:oldlimit (a string "OLD NEW OP TOKEN" for a grace
+--                                          after Locker.SetLimit changed a semaphore's limit
+--                                          from OLD to NEW: see setlimit.lua; semaphore.lua's only)
 -- ARGV[1] token          the caller's owner token
 -- ARGV[2] ttl            lock TTL in milliseconds
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least

@@ -3,12 +3,15 @@ package script
 import _ "embed"
 
 // The scripts that change what a holder holds: a semaphore's limit
-// (setlimit.lua), a leader's value (proclaim.lua), a new leader's
-// announcement with the count of terms (elected.lua), and the expiry of
-// that count while the leader holds (keepterms.lua).
+// (setlimit.lua, after limitstate.lua read it on the nodes), a leader's
+// value (proclaim.lua), a new leader's announcement with the count of
+// terms (elected.lua), and the expiry of that count while the leader
+// holds (keepterms.lua).
 var (
 	//go:embed setlimit.lua
 	setLimitSrc string
+	//go:embed limitstate.lua
+	limitStateSrc string
 	//go:embed proclaim.lua
 	proclaimSrc string
 	//go:embed elected.lua
@@ -16,23 +19,29 @@ var (
 	//go:embed keepterms.lua
 	keepTermsSrc string
 
-	SetLimit  = newScript(include(setLimitSrc), 9)
-	Proclaim  = newScript(proclaimSrc, 2)
-	Elected   = newScript(electedSrc, 2)
-	KeepTerms = newScript(keepTermsSrc, 2)
+	SetLimit   = newScript(include(setLimitSrc), 9)
+	LimitState = newScript(limitStateSrc, 9)
+	Proclaim   = newScript(proclaimSrc, 2)
+	Elected    = newScript(electedSrc, 2)
+	KeepTerms  = newScript(keepTermsSrc, 2)
 )
 
 // SetLimitArgs are setlimit.lua's ARGV (see its header); the waking ones
 // are a Waker's.
 type SetLimitArgs struct {
-	Limit, Grace, Old any
-	Waker             Waker
+	Limit, Grace, Old, Op, Token, ReadAt any
+	Waker                                Waker
 }
 
 // Command is the command of setlimit.lua with keys (SetLimitKeys) and a.
 func (a SetLimitArgs) Command(keys []any) []any {
-	return SetLimit.command(keys, a.Limit, a.Waker.InboxPrefix, a.Waker.Reserve, a.Grace, a.Waker.Listeners, a.Waker.SlotTag, a.Old)
+	return SetLimit.command(keys, a.Limit, a.Waker.InboxPrefix, a.Waker.Reserve, a.Grace, a.Waker.Listeners, a.Waker.SlotTag,
+		a.Old, a.Op, a.Token, a.ReadAt)
 }
+
+// LimitStateCommand is the command of limitstate.lua with keys
+// (SetLimitKeys).
+func LimitStateCommand(keys []any) []any { return LimitState.command(keys) }
 
 // ProclaimCommand is the command of proclaim.lua with keys (the lock and
 // its metadata), token and value.

@@ -33,6 +33,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"time.lua", timeSrc, Time, n.TimeKeys()},
 		{"adopt.lua", adoptSrc, Adopt, n.AdoptKeys()},
 		{"setlimit.lua", setLimitSrc, SetLimit, n.SetLimitKeys()},
+		{"limitstate.lua", limitStateSrc, LimitState, n.SetLimitKeys()},
 		{"proclaim.lua", proclaimSrc, Proclaim, n.ProclaimKeys()},
 		{"elected.lua", electedSrc, Elected, n.ElectedKeys()},
 		{"keepterms.lua", keepTermsSrc, KeepTerms, n.ElectedKeys()},

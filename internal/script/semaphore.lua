@@ -44,14 +44,15 @@ if ty == 'string' then
 elseif ty ~= 'none' and ty ~= 'zset' then
   return redis.error_reply('WRONGTYPE dlock: the semaphore ' .. KEYS[2] .. ' holds another type')
 end
--- A limit that Locker.SetLimit changed from OLD to NEW ("OLD NEW" in
--- KEYS[9], for its grace): an acquisition that asks for OLD is told NEW
--- with "DLOCKLIMIT NEW OLD moved" (an older client reads it as a
--- mismatch), and asks again with NEW, held or not; nothing is written.
+-- A limit that Locker.SetLimit changed from OLD to NEW ("OLD NEW OP TOKEN"
+-- in KEYS[9], for its grace: see setlimit.lua): an acquisition that asks
+-- for OLD is told NEW with "DLOCKLIMIT NEW OLD moved" (an older client
+-- reads it as a mismatch), and asks again with NEW, held or not; nothing
+-- is written.
 local was = redis.call('GET', KEYS[9])
 local old, new = false, false
 if was then
-  old, new = string.match(was, '^(%d+) (%d+)$')
+  old, new = string.match(was, '^(%d+) (%d+)')
   if old == ARGV[5] and new ~= ARGV[5] then
     return redis.error_reply('DLOCKLIMIT ' .. new .. ' ' .. ARGV[5] .. ' moved')
   end
@@ -59,22 +60,23 @@ end
 local now = clock()
 local live = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local held = redis.call('GET', KEYS[6])
-local stale = false -- permits of OLD, granted here during the change: see below
+local behind = false -- permits of OLD since the change: see below
 if live > 0 and held and held ~= ARGV[5] then
   if not (held == old and new == ARGV[5]) then
     return mismatch(held)
   end
-  -- On a quorum, a node that had no permit when the limit changed can
-  -- hold permits of the former limit, granted since by an acquisition that
-  -- the other nodes sent to the new one (and that gives them back): NEW
-  -- waits here, as for a busy key, and is not refused.
-  stale = true
+  -- A node that had no permit when the limit changed from OLD to NEW
+  -- recorded the change and nothing else; a holder of OLD that regained
+  -- its permit here since (a renewal) stored OLD again. The change applies
+  -- to these permits as to those of the nodes that held some: the limit is
+  -- NEW (written by the grant, or below).
+  behind = true
 end
 local mine, resv = claims(now)
 -- A reservation counts among the live permits: over the limit only after
 -- Locker.SetLimit lowered it, when a release hands a holder's permit on.
 -- The waiter then waits, as a newcomer would, until fewer are held.
-if not stale and (mine or (resv and live <= limit) or live < limit) then
+if mine or (resv and live <= limit) or live < limit then
   c, bad = grantable(false)
   if bad then
     return bad
@@ -82,4 +84,9 @@ if not stale and (mine or (resv and live <= limit) or live < limit) then
   return permit(c, now, resv, false, mine)
 end
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if behind then
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  redis.call('SET', KEYS[6], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[6], last)
+end
 return busy(math.max(tonumber(first[2]) - now, 0))

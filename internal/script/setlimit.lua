@@ -1,5 +1,8 @@
--- setlimit.lua: change the limit of a semaphore that has holders
--- (Locker.SetLimit), and wake the waiters that a raise admits.
+-- setlimit.lua: one change of a semaphore's limit (Locker.SetLimit) on one
+-- node: the limit of its permits set to NEW, the change recorded, and the
+-- waiters that a raise admits woken. A node that missed a change is sent
+-- the same command later, to bring it along (see the root package's
+-- limit.go).
 --
 -- KEYS, in the order that every script shares (see internal/keys):
 -- KEYS[1] waiting set    prefix{K}:waiters
@@ -11,35 +14,45 @@
 -- KEYS[7] waiter leases  prefix{K}:wexp
 -- KEYS[8] writers        prefix{K}:writers
 -- KEYS[9] old limit      prefix{K}:oldlimit
--- ARGV[1] limit          the new limit n > 1, a decimal string
+-- ARGV[1] limit          NEW, the new limit n > 1, a decimal string
 -- ARGV[2] inbox prefix   as release.lua's ARGV[2]
 -- ARGV[3] reserve ms     as release.lua's ARGV[3]: > 0, each woken waiter's
 --                        permit is reserved for it this long
--- ARGV[4] grace ms       how long an acquisition that asks for the previous
---                        limit is told the new one (see semaphore.lua)
+-- ARGV[4] grace ms       how long an acquisition that asks for OLD is told
+--                        NEW (see semaphore.lua), and the change recorded
 -- ARGV[5] listeners      as release.lua's ARGV[7]
 -- ARGV[6] slot tag       as release.lua's ARGV[10]
--- ARGV[7] old limit      "" or the limit that the other nodes held before
---                        (SetLimit's second round on a quorum): a node with
---                        no live permit keeps "OLD NEW" in KEYS[9] too
+-- ARGV[7] old limit      OLD, the limit that the change replaces (its
+--                        acquisitions are sent to NEW), a decimal string;
+--                        NEW itself when there is none to send on
+-- ARGV[8] op             the change's number, a decimal string: changes
+--                        are ordered by (op, token), and a later one wins
+-- ARGV[9] token          the change's token, hex
+-- ARGV[10] read at       the server time (ms) at which the change's nodes
+--                        were read (limitstate.lua): a command that runs
+--                        more than ARGV[4] ms after it changes nothing
 --
--- Returns {code, woken, old}: old is the limit held before ("" if none);
--- code 1 when the key's limit is now ARGV[1]
--- (changed, or it was already: a retried command whose reply was lost
--- changes nothing twice), 0 when the key has no live permit (nothing is
--- stored, nothing written), -1 when it is a plain lock (or reserved for
--- one's waiter), -2 when it holds shared holds; woken is the number of
--- waiters told. A key of another type fails before anything is written.
+-- KEYS[9] holds the last change applied here, "OLD NEW OP TOKEN", for
+-- ARGV[4] ms from when it was applied; KEYS[6] keeps the limit as a decimal
+-- string, as every version reads it, and expires with the last permit.
+-- Returns {code, woken, limit}; code:
+--   1 the key has live permits and its limit is NEW by this change: made
+--     now, or by an earlier copy of this command, which a copy repeats
+--     nothing of and answers alike; limit is OLD;
+--   0 the key has no live permit: the change is recorded (an acquisition
+--     that asks for OLD is sent to NEW) and nothing else; limit is OLD;
+--   2 a later change is recorded: nothing is written; limit is its NEW;
+--   3 the command came more than ARGV[4] ms late: nothing is written;
+--  -1 a plain lock (or reserved for one's waiter), -2 shared holds.
+-- woken is the number of waiters told. A key of another type fails before
+-- anything is written.
 --
 -- The holders keep their permits: lowering the limit admits no one until
--- fewer than ARGV[1] permits are live. KEYS[6] keeps the limit as a
--- decimal string, as every version reads it, and expires with the last
--- permit; KEYS[9] holds "OLD NEW" for ARGV[4] ms, so that an acquisition
--- still configured with OLD is admitted against NEW (semaphore.lua). A
--- raise wakes as many waiters as it frees permits, 100 at most, each as a
--- semaphore's release wakes one (wake.lua): told on its inbox, its permit
--- reserved for ARGV[3] ms; the next waiter stands in, as after a release.
--- Those not woken are admitted by the next release or their own timers.
+-- fewer than NEW permits are live. A raise wakes as many waiters as it frees
+-- permits, 100 at most, each as a semaphore's release wakes one (wake.lua):
+-- told on its inbox, its permit reserved for ARGV[3] ms; the next waiter
+-- stands in, as after a release. Those not woken are admitted by the next
+-- release or their own timers.
 -- #include clock.lua
 local INBOX, LISTENERS, TAG = ARGV[2], ARGV[5], ARGV[6] or ''
 -- #include wake.lua
@@ -60,25 +73,35 @@ local held = redis.call('GET', KEYS[6])
 if held == '0' then
   return {-2, 0, ''}
 end
+if clock() - tonumber(ARGV[10]) > tonumber(ARGV[4]) then
+  return {3, 0, ''} -- a copy this late could undo a change that is no longer recorded
+end
 local live = 0
 if ty == 'zset' then
   live = redis.call('ZCOUNT', KEYS[2], '(' .. clock(), '+inf')
 end
-if live == 0 then
-  if (ARGV[7] or '') ~= '' and ARGV[7] ~= ARGV[1] then
-    redis.call('SET', KEYS[9], ARGV[7] .. ' ' .. ARGV[1], 'PX', ARGV[4])
-  end
-  return {0, 0, ''}
+local code = 0
+if live > 0 then
+  code = 1
 end
-if held == ARGV[1] then
-  return {1, 0, ''}
+-- The change recorded here, and where this one stands to it.
+local rec = redis.call('GET', KEYS[9])
+if rec then
+  local rold, rnew, rop, rtoken = string.match(rec, '^(%d+) (%d+) (%d+) (%x+)$')
+  if rop == ARGV[8] and rtoken == ARGV[9] then
+    return {code, 0, rold} -- this command again
+  end
+  if rop and (#rop > #ARGV[8] or (#rop == #ARGV[8] and (rop > ARGV[8] or (rop == ARGV[8] and rtoken > ARGV[9])))) then
+    return {2, 0, rnew}
+  end
+end
+redis.call('SET', KEYS[9], ARGV[7] .. ' ' .. ARGV[1] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9], 'PX', ARGV[4])
+if live == 0 or held == ARGV[1] then
+  return {code, 0, ARGV[7]}
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
 redis.call('SET', KEYS[6], ARGV[1])
 redis.call('PEXPIREAT', KEYS[6], last)
-if held then
-  redis.call('SET', KEYS[9], held .. ' ' .. ARGV[1], 'PX', ARGV[4])
-end
 -- A raise: wake as many waiters as there are permits free now.
 local free = math.min(tonumber(ARGV[1]) - live, 100)
 local woken = 0
@@ -106,4 +129,4 @@ end
 if woken > 0 then
   standIn() -- as after a release: in case a woken waiter died
 end
-return {1, woken, held or ''}
+return {1, woken, ARGV[7]}
