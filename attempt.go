@@ -485,6 +485,11 @@ func (a *lateAcquire) Late(r quorum.Result[script.AcquireReply]) {
 	}
 	if a.k != nil {
 		a.k.lateAnswer(r.Node, e)
+		if e.sets() && r.Val.Fence != a.k.fence {
+			// A Redlock's node that granted after the round, with a fence
+			// of its own, recorded that one with the hold.
+			a.k.recordFence(r.Node)
+		}
 	} else if clean, bury := e.cleans(); clean {
 		l.clean(r.Node, a.cmd.nm, a.token, a.ttl, bury, time.Now(), true)
 	}

@@ -475,6 +475,9 @@ func TestAdoptRedlockFenceRecorded(t *testing.T) {
 	defer thaw()
 	a, err = ls[0].Adopt(ctx(t), h.Key, h.Token)
 	if err != nil {
+		for i, c := range clients[1:] {
+			t.Logf("node %d: meta %v fence %v lock %v", i+1, c.HGetAll(ctx(t), "dlock:{pay}:meta").Val(), c.Get(ctx(t), "dlock:{pay}:fence").Val(), c.Get(ctx(t), "dlock:{pay}").Val())
+		}
 		t.Fatalf("Adopt with a node frozen: %v", err)
 	}
 	if a.Fence() != f {
@@ -539,4 +542,33 @@ func TestAdoptCounterRestored(t *testing.T) {
 		t.Errorf("next holder's fence %d, not above the adopted hold's %d", k2.Fence(), b2.Fence())
 	}
 	k2.Release(ctx(t))
+}
+
+// TestAdoptAfterSetLimit: a permit whose semaphore's limit SetLimit moved
+// from 2 to 3 is adopted with the limit its holder knew, as a permit of 3;
+// with another limit still, it is refused.
+func TestAdoptAfterSetLimit(t *testing.T) {
+	for _, topo := range handoffTopologies[:2] {
+		t.Run(topo.name, func(t *testing.T) {
+			first, second := topo.make(t)
+			p, err := first.TryAcquire(ctx(t), "sem", dlock.WithLimit(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.SetLimit(ctx(t), "sem", 3); err != nil {
+				t.Fatal(err)
+			}
+			h := p.Detach()
+			if a, err := second.Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(4)); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Adopt with a limit it never had: adopted %v, %v", a != nil, err)
+			}
+			a, err := second.Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(h.Limit))
+			if err != nil {
+				t.Fatalf("Adopt with the limit SetLimit moved: %v", err)
+			}
+			if err := a.Release(ctx(t)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 }

@@ -212,6 +212,30 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 	}
 }
 
+// recordFence has node i, whose grant ran after its round (a late answer)
+// and issued a fence of its own, record the holder's fence with the hold
+// instead (extend.lua on that node alone, as a regain, under the ops slot),
+// so that Adopt reads the hold's fence there at once, not only after the
+// lock's next renewal (which writes it on every node): with a node that
+// recorded the right one down, the two that answer would disagree. It is
+// done unless the lock ended first (Detach included) or its Locker closed.
+func (k *Lock) recordFence(i int) {
+	l := k.l
+	if !l.join(&l.wg) {
+		return
+	}
+	defer l.wg.Done()
+	if k.takeOps(l.renewCtx) != nil {
+		return
+	}
+	defer k.giveOps()
+	if !k.held() {
+		return
+	}
+	ttl := k.TTL()
+	k.regain(l.renewCtx, ttl, l.nodeTimeout(ttl), []int{i})
+}
+
 // fanout runs extend.lua on nodes (idx maps them to the Locker's nodes; nil
 // for all of them), deciding as soon as a quorum confirmed or cannot. Node
 // numbers in the results are the Locker's. Answers that arrive after the
