@@ -42,17 +42,26 @@ type Handoff struct {
 //
 // Once Detach returns, this process sends nothing more that could end the
 // hold, whatever runs at the same time (Close, Release, a renewal, the
-// lock's loss): a lock that had already ended (lost, released, or closed by
-// Close) is detached too, Detach first waiting for a release under way to
-// end and dropping the clean-ups still due for the token (a lost lock's
-// key is otherwise released once it would have expired). Its Handoff is
-// then the same; Adopt tells whether the key is still held by the token
-// (a release that ran first freed it, and Adopt returns ErrNotHeld).
-// Detach twice returns the same Handoff and does nothing more.
+// lock's loss): a lock that had already ended (lost, released, or closed
+// by Close) is detached too, Detach first waiting for a release under way
+// to end and dropping the clean-ups still due for the token (a lost lock's
+// key is otherwise released once it would have expired). When a release
+// of the lock was sent before (by Release, by Close, or by the clean-up of
+// a lost lock), Token is empty in the Handoff: an unanswered copy of that
+// release may still reach Redis after an adoption and end the adopter's
+// hold, so there is nothing to adopt (Adopt refuses an empty token with
+// ErrInvalid); the key expires after its TTL if the release did not take
+// it. Detach twice returns the same Handoff and does nothing
+// more.
 //
-// A command of this lock that a node did not answer may still run there
-// later (a frozen node that resumes): it never moves the key's expiry
-// earlier, so an adopter is never cut short by it.
+// Where a command of this lock that sets its key may still run (a node
+// that did not answer it, or a client that sent it twice: see
+// node.Copies), Detach buries the token before it returns (a tombstone
+// that refuses the token's acquisitions, not its renewals or release), so
+// that such a copy, run after the adopter released the hold, takes nothing
+// again; it waits for that at most a node timeout. A command that runs
+// late never moves the key's expiry earlier, so an adopter is never cut
+// short by it.
 func (k *Lock) Detach() Handoff {
 	h := Handoff{Key: k.key, Token: k.Token(), Fence: k.fence, Limit: k.limit, Shared: k.shared}
 	_ = k.takeOps(context.Background()) // never fails without a deadline
@@ -60,16 +69,27 @@ func (k *Lock) Detach() Handoff {
 	h.TTL = k.ttl
 	was := k.state
 	if was == stateDetached {
+		if k.detachedEmpty {
+			h.Token = ""
+		}
 		k.mu.Unlock()
 		k.giveOps()
 		return h
 	}
 	k.state = stateDetached // from held, or from another end (see lockState)
+	late := k.lateNodes()
 	if was != stateHeld {
-		rel := k.rel
+		rel, sent := k.rel, k.relBegun
 		k.mu.Unlock()
 		k.giveOps()
-		k.dropCleanups(rel)
+		if k.dropCleanups(rel) || sent {
+			k.mu.Lock()
+			k.detachedEmpty = true
+			k.mu.Unlock()
+			h.Token = ""
+			return h
+		}
+		k.bury(late)
 		return h
 	}
 	k.endLost()
@@ -80,6 +100,7 @@ func (k *Lock) Detach() Handoff {
 	k.mu.Unlock()
 	k.giveOps()
 	k.forget()
+	k.bury(late)
 	cause := fmt.Errorf("%w: %q was detached", ErrLockLost, k.key)
 	for _, f := range fns {
 		f(cause)
@@ -90,11 +111,44 @@ func (k *Lock) Detach() Handoff {
 	return h
 }
 
+// lateNodes are the nodes where a command of the lock that sets its key
+// may still run (unanswered, or written twice); k.mu is held.
+func (k *Lock) lateNodes() []int {
+	var idx []int
+	for i, n := range k.nodes {
+		if n.unknown > 0 || n.again {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// bury buries the lock's token on the nodes idx (bury.lua), waiting at
+// most a node timeout for each answering node.
+func (k *Lock) bury(idx []int) {
+	if len(idx) == 0 {
+		return
+	}
+	l := k.l
+	timeout := max(l.nodeTimeout(k.TTL()), 100*time.Millisecond)
+	args := script.BuryCommand(k.names.BuryKeys(), k.tokenArg, buryForArg)
+	nodes := l.subset(idx)
+	quorum.Fanout(context.Background(), nodes, timeout,
+		quorum.RunFunc[int64](func(ctx context.Context, _ int, c node.Conn) (int64, error) {
+			v, err := runOn(ctx, c, script.Bury, args)
+			return script.IntReply("bury", v, err)
+		}),
+		func(rs []quorum.Result[int64], suspects int) bool {
+			return quorum.AllAnswering(rs, suspects, len(nodes))
+		}, nil)
+}
+
 // dropCleanups, for a lock detached after it had ended, waits for its
 // release round rel (if any) to end, then drops the clean-ups due for its
 // token on every node, waiting for one under way (see cleanup.Cancel): none
-// may end the hold that an adopter takes on.
-func (k *Lock) dropCleanups(rel *releaseRound) {
+// may end the hold that an adopter takes on. It reports whether a clean-up
+// release was sent before.
+func (k *Lock) dropCleanups(rel *releaseRound) (sent bool) {
 	if rel != nil {
 		k.mu.Lock()
 		if !rel.finished {
@@ -109,8 +163,9 @@ func (k *Lock) dropCleanups(rel *releaseRound) {
 		}
 	}
 	for _, c := range k.l.cleaners {
-		c.Cancel(k.Token())
+		sent = c.Cancel(k.Token()) || sent
 	}
+	return sent
 }
 
 // detachedErr is the error of Extend and Release on a detached lock, nil
@@ -229,8 +284,12 @@ type prefixedError struct {
 func (e *prefixedError) Error() string { return e.msg }
 func (e *prefixedError) Unwrap() error { return e.err }
 
-// checkToken reports a token that no Lock of dlock can have.
+// checkToken reports a token that no Lock of dlock can have (an empty one:
+// the Handoff of a lock released before Detach, with nothing to adopt).
 func checkToken(token string) error {
+	if token == "" {
+		return invalid("an empty token: want 32 lowercase hex characters (Lock.Token's; a Handoff of a lock released before Detach has none: there is nothing to adopt)")
+	}
 	if len(token) != 32 {
 		return invalid("token %q: want 32 lowercase hex characters (Lock.Token's), got %d characters", token, len(token))
 	}

@@ -74,8 +74,11 @@ func (l *Locker) effectOf(i int, err error, set, again bool) effect {
 		return effSetAgain
 	case err == nil && set:
 		return effSet
-	case err == nil && again:
-		return effUnknown // refused here, but a copy may still run
+	case again:
+		// Refused here, or failed (an error reply counts: the retry got
+		// it, BUSY or LOADING, while the first copy is held up), but a
+		// copy may still run.
+		return effUnknown
 	case err == nil || !mayHaveRun(l.nodes[i], err):
 		return effNone
 	default:

@@ -46,6 +46,9 @@ var lifecycleOps = []lifecycleOp{
 		// Handed on at once, as a graceful deploy does: the adopter must
 		// keep the hold whatever the first process does meanwhile.
 		h := r.k.Detach()
+		if h.Token == "" {
+			return nil // released before: nothing to adopt
+		}
 		k, err := r.adopter.Adopt(ctx, h.Key, h.Token, dlock.WithTTL(h.TTL))
 		if err == nil {
 			r.mu.Lock()

@@ -50,9 +50,14 @@ type Lock struct {
 	// lost or released.
 	lostCh chan struct{}
 	// state is where the lock is in its life (see lockState); relBegun is
-	// set once a Release began (after a loss too: the key is released).
-	state    lockState
-	relBegun bool
+	// set once a Release began (after a loss too: the key is released), and
+	// relValid then tells whether the lock was still valid as its first
+	// round began (see releaseRound).
+	state              lockState
+	relBegun, relValid bool
+	// detachedEmpty: Detach gave a Handoff without a token (a release was
+	// sent before: see Detach).
+	detachedEmpty bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound

@@ -180,13 +180,13 @@ func (k *Lock) pendingFromLive() bool {
 // still run, cleaned up in the background.
 //
 // A release may run twice (a client that sent it again after its
-// connection failed, an extra's resend), or run in an earlier round whose
-// answer was lost: a node whose release was written more than once, or
-// went unanswered before, and that now finds the key no longer holding the
-// token, counts as released, not as taken, when the lock was still valid
-// as the round began (its key could not have expired, nor been taken
-// without an administrator's ForceRelease or a loss of Redis' data, before
-// that release ran).
+// connection failed, an extra's resend), or run in an earlier round: a node
+// whose release was written more than once, or was answered or went
+// unanswered in an earlier round, and that now finds the key no longer
+// holding the token, counts as released, not as taken, when the lock was
+// still valid as the first round began (its key could not have expired,
+// nor been taken without an administrator's ForceRelease or a loss of
+// Redis' data, before that release ran).
 func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 	l := k.l
 	n := len(l.nodes)
@@ -210,7 +210,8 @@ func (k *Lock) releaseRound(ctx context.Context, ttl time.Duration) error {
 		k.cleanLeftovers(i, answered[i], answered[i] && run.bury != nil && run.bury[i])
 	}
 	for _, r := range results {
-		if run.copies[r.Node].N() > 1 || r.Err != nil && mayHaveRun(l.nodes[r.Node], r.Err) {
+		// Released there by this round, or perhaps by a copy of it.
+		if r.Err == nil && r.Val == 1 || run.copies[r.Node].N() > 1 || r.Err != nil && mayHaveRun(l.nodes[r.Node], r.Err) {
 			k.nodes[r.Node].released = true
 		}
 	}
@@ -268,7 +269,10 @@ func (k *Lock) newReleaseRunner(ttl time.Duration) *releaseRunner {
 	} else if k.metadata == "" && n == 1 {
 		r.shape = noMetadata // (a Redlock's hold records its fence there)
 	}
-	r.valid = time.Now().Before(k.validUntil)
+	if r == &k.firstRun {
+		k.relValid = time.Now().Before(k.validUntil)
+	}
+	r.valid = k.relValid
 	for i := range k.nodes {
 		if k.nodes[i].released {
 			if r.earlier == nil {

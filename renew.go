@@ -117,7 +117,7 @@ func (k *Lock) extendRound(ctx context.Context, ttl, timeout time.Duration) erro
 	start := time.Now()
 	results, missing, recorded, _ := k.fanout(ctx, ttl, timeout, k.l.nodes, nil, "0")
 	free, err := k.settleRound(ttl, start, results, missing, func() { close(recorded) })
-	if len(free) > 0 {
+	if len(free) > 0 && k.held() { // (a Release may have begun meanwhile: it takes no ops slot)
 		k.regain(ctx, ttl, min(timeout, k.l.nodeTimeout(ttl)), free)
 	}
 	return err

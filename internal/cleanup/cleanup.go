@@ -57,6 +57,7 @@ type Job struct {
 	// only collide.
 	Wake  bool
 	added uint64 // order of arrival, to drop the oldest when full
+	sent  bool   // a release of it was sent (see Cancel)
 }
 
 // Config is what a Cleaner needs of its Locker.
@@ -142,9 +143,13 @@ func (c *Cleaner) Add(job *Job) {
 // Cancel drops the job named expected, if there is one, and waits for its
 // release if one is under way, so that once it returns the cleaner sends
 // nothing more for it (the token was handed to another process: see the
-// root package's Detach).
-func (c *Cleaner) Cancel(expected string) {
+// root package's Detach). It reports whether a release of the job was sent
+// before (answered or not: one unanswered may still run).
+func (c *Cleaner) Cancel(expected string) (sent bool) {
 	c.mu.Lock()
+	if j := c.jobs[expected]; j != nil {
+		sent = j.sent
+	}
 	delete(c.jobs, expected)
 	for c.current != nil && c.current.Expected == expected {
 		if c.done == nil {
@@ -154,9 +159,11 @@ func (c *Cleaner) Cancel(expected string) {
 		c.mu.Unlock()
 		<-done
 		c.mu.Lock()
+		sent = true
 	}
 	c.notifySettled()
 	c.mu.Unlock()
+	return sent
 }
 
 // Idle reports whether the cleaner has no job and is not running.
@@ -227,7 +234,7 @@ func (c *Cleaner) run() {
 			continue
 		}
 		wake, bury := j.Wake, j.Bury // merges change them under c.mu
-		c.current = j
+		c.current, j.sent = j, true
 		c.mu.Unlock()
 		answered, drop := c.cfg.Release(j, wake, bury)
 		c.mu.Lock()

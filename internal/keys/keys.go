@@ -114,6 +114,9 @@ func (n *Names) ExtendKeysShort() []any { return n.Keys[LockKey : FenceKey+1 : F
 // RaiseKeys are raise.lua's KEYS.
 func (n *Names) RaiseKeys() []any { return n.Keys[LockKey : MetaKey+1 : MetaKey+1] }
 
+// BuryKeys are bury.lua's KEYS: the tombstones.
+func (n *Names) BuryKeys() []any { return n.Keys[DeadKey : DeadKey+1 : DeadKey+1] }
+
 // LockKeysRecorded are lock.lua's KEYS on a Redlock, where the holder's
 // fence is recorded with the hold: the lock, its counter, its tombstones
 // and its metadata (raise.lua's too).

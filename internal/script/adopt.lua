@@ -55,7 +55,9 @@ local other = {0, '', '', limit} -- held in another shape
 if limit ~= '1' then
   local ty = redis.call('TYPE', KEYS[1])['ok']
   local held = redis.call('GET', KEYS[5])
-  if ty == 'string' then
+  if ty == 'string' or (ty == 'zset' and not held) then
+    -- A lock; or permits whose limit key was lost (an eviction): their
+    -- shape cannot be told, and extend.lua would write this one's limit.
     return other
   end
   if ty == 'zset' and held and held ~= limit then

@@ -31,6 +31,7 @@ func TestScriptKeysOrder(t *testing.T) {
 		{"lock.lua", lockSrc, LockRecorded, n.LockKeysRecorded()}, // the four of a Redlock's (one Redis passes three)
 		{"unlock.lua", unlockSrc, Unlock, n.UnlockKeys()},
 		{"time.lua", timeSrc, Time, n.TimeKeys()},
+		{"bury.lua", burySrc, Bury, n.BuryKeys()},
 		{"adopt.lua", adoptSrc, Adopt, n.AdoptKeys()},
 		{"setlimit.lua", setLimitSrc, SetLimit, n.SetLimitKeys()},
 		{"limitstate.lua", limitStateSrc, LimitState, n.SetLimitKeys()},

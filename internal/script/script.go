@@ -51,6 +51,8 @@ var (
 	timeSrc string
 	//go:embed adopt.lua
 	adoptSrc string
+	//go:embed bury.lua
+	burySrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -71,6 +73,8 @@ var (
 	// Adopt takes on a hold acquired elsewhere: extend.lua's work, with
 	// the holder's fence and metadata read and returned.
 	Adopt = newScript(include(adoptSrc), 8)
+	// Bury leaves a tombstone for a token that still holds its key.
+	Bury = newScript(include(burySrc), 1)
 	// LockRecorded is lock.lua with its fourth key, the metadata hash: on a
 	// Redlock, where the holder's fence is recorded with the hold.
 	LockRecorded = newScript(lockSrc, 4)
@@ -465,6 +469,12 @@ func ParseAdopt(v any) (AdoptReply, error) {
 		r.Fence = f
 	}
 	return r, nil
+}
+
+// BuryCommand is the command of bury.lua with keys (a lock's BuryKeys),
+// token and ms (see its header).
+func BuryCommand(keys []any, token, ms any) []any {
+	return Bury.command(keys, token, ms)
 }
 
 // TimeCommand is the command of time.lua with keys (a lock's TimeKeys):
