@@ -437,10 +437,10 @@ func (l *Locker) cleanAttempt(nm *keys.Names, token string, ttl time.Duration, e
 func (l *Locker) grant(ctx context.Context, res *attemptResult, nm *keys.Names, token string, tokenArg any, cfg lockConfig,
 	fence uint64, results []quorum.Result[script.AcquireReply], timeout time.Duration, start time.Time, effects []effect) *Lock {
 	ok := true
-	if len(l.nodes) > 1 {
-		fence, ok = l.claimFences(ctx, nm, token, cfg.ttl, fence, results, timeout, res.q)
-	}
 	validUntil := start.Add(cfg.ttl - drift(cfg.ttl))
+	if len(l.nodes) > 1 {
+		fence, ok = l.claimFences(ctx, nm, token, cfg, fence, results, res.q, timeout, validUntil.Add(-lostMargin(cfg.ttl)))
+	}
 	if !ok || !time.Now().Before(validUntil.Add(-lostMargin(cfg.ttl))) {
 		res.late = true
 		return nil

@@ -396,18 +396,22 @@ func ExtendReplies(v any, err error, n int) ([]int64, []error) {
 	return vals, errs
 }
 
-// RaiseArgs are raise.lua's ARGV (see its header).
+// RaiseArgs are raise.lua's ARGV (see its header): Value is ARGV[1], More
+// what follows Token: the larger values of a ladder (ascending; none for a
+// claim of one value), or "=" alone for a record.
 type RaiseArgs struct {
 	Value, Life, Token any
+	More               []any
 }
 
 // Command is the command of raise.lua with keys and a.
 func (a *RaiseArgs) Command(keys []any) []any {
-	return Raise.command(keys, a.Value, a.Life, a.Token)
+	return Raise.command(keys, append([]any{a.Value, a.Life, a.Token}, a.More...)...)
 }
 
-// RaiseReply is one node's answer to raise.lua: whether it claimed the
-// value, else the counter it holds (the value or more).
+// RaiseReply is one node's answer to raise.lua: whether it claimed a
+// value; Counter is that value, or else the counter the node holds (the
+// largest value or more).
 type RaiseReply struct {
 	Claimed bool
 	Counter uint64
