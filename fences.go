@@ -54,9 +54,10 @@ const (
 // telling the fence. A holder with an entry "f:TOKEN" (a permit, a shared
 // hold, a holder with metadata) claims on every node, and then records its
 // fence in the entry of the granting nodes that claimed another value or
-// none (raise.lua's record); a plain lock without metadata, which Adopt
-// reads from the counter, claims on the granting nodes only, until q of
-// them agree.
+// none (raise.lua's record); a plain lock without metadata, whose grant
+// recorded each node's own fence (lock.lua's KEYS[4]) and whose raises
+// replace it, claims on the granting nodes only, until q of them agree (a
+// node whose grant answered late records the fence then: recordFence).
 //
 // Liveness. Concurrent grants reach the nodes in other orders, so under
 // contention the fence issued is often passed on the other nodes before
