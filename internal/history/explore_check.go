@@ -1,0 +1,555 @@
+package history
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/quorum"
+)
+
+// The explorer's checks, on the recorded history once the run is over.
+// Every hold counts from the return of the call that granted it to the end
+// of its guaranteed ownership as the library reported it (ValidUntil,
+// capped by a shortening Extend from the call's start), or to when its
+// holder stopped claiming it (Release, Detach, Close, ForceRelease).
+
+// waitBound is how long a key may stay free while a waiter waits: a node
+// timeout, the wake-up, a reservation and a stand-in, with room for a
+// loaded machine.
+const waitBound = 2 * time.Second
+
+// observedTerm is a term that Observe reported.
+type observedTerm struct {
+	term uint64
+	at   int64
+}
+
+// result runs the checks and returns the run's result.
+func (x *exploreRun) result(d time.Duration) Result {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, f := range x.forces {
+		for _, h := range x.holds {
+			if h.key == f.key && h.begin <= f.start && h.gEnd() > f.start {
+				h.mu.Lock()
+				h.end = min(nonZero(h.end, f.start), f.start)
+				h.mu.Unlock()
+			}
+		}
+	}
+	for _, c := range x.closes {
+		for _, h := range x.holds {
+			if h.slot == c.slot && h.gen == c.gen && h.gEnd() > c.start {
+				h.mu.Lock()
+				h.end = min(nonZero(h.end, c.start), c.start)
+				if c.ok && h.free == 0 {
+					h.free = c.end
+				}
+				h.mu.Unlock()
+			}
+		}
+	}
+	sort.Slice(x.holds, func(i, j int) bool { return x.holds[i].begin < x.holds[j].begin })
+	sort.Slice(x.limits, func(i, j int) bool { return x.limits[i].start < x.limits[j].start })
+	for _, key := range []string{kLock, kLock2, kRW, kElect} {
+		x.checkExclusion(key)
+	}
+	x.checkPermits(kSem)
+	x.checkPermits(kSemBig)
+	for _, key := range []string{kLock, kLock2, kRW, kElect, kSem, kSemBig} {
+		x.checkFences(key)
+	}
+	x.checkTerms()
+	for _, c := range x.claims {
+		x.judge(c)
+	}
+	x.checkLosses()
+	for _, key := range []string{kLock, kLock2} {
+		x.checkWaiters(key)
+	}
+	sort.Slice(x.viol, func(i, j int) bool { return x.viol[i].At < x.viol[j].At })
+	return Result{Family: x.e.Family.Name, Topology: x.top.Name, Seed: x.seed, Duration: d,
+		Operations: int(x.ops.Load()), Faults: x.kinds, Violations: x.viol}
+}
+
+func nonZero(v, or int64) int64 {
+	if v == 0 {
+		return or
+	}
+	return v
+}
+
+// report records a violation found by a check, at t, on key, with the
+// history around it (see historyOf) of the holds involved.
+func (x *exploreRun) report(check string, t int64, key string, involved []*hold, format string, args ...any) {
+	x.viol = append(x.viol, Violation{Check: check, At: x.since(t), Message: fmt.Sprintf(format, args...), History: x.historyOf(key, t, involved)})
+}
+
+// checkExclusion: no two holders of key at once, unless both hold it
+// shared.
+func (x *exploreRun) checkExclusion(key string) {
+	var hs []*hold
+	for _, h := range x.holds {
+		if h.key == key {
+			hs = append(hs, h)
+		}
+	}
+	for j, b := range hs {
+		for _, a := range hs[:j] {
+			if a.gEnd() <= b.begin || (!a.shape.exclusive() && !b.shape.exclusive()) || b.from == a || a.from == b {
+				continue
+			}
+			x.report("exclusion", b.begin, key, []*hold{a, b}, "%s held (until %s) when %s began at %s",
+				a, x.since(a.gEnd()), b, x.since(b.begin))
+		}
+	}
+}
+
+// checkPermits: at each grant of a permit of key, the permits held (of
+// any shape: an Adopt that took another shape counts) never exceed the
+// largest limit any of them could have been counted against; and, once a
+// limit is settled, an acquisition that began after it is not granted
+// while the limit's worth of permits is held.
+func (x *exploreRun) checkPermits(key string) {
+	var hs []*hold
+	for _, h := range x.holds {
+		if h.key == key {
+			hs = append(hs, h)
+		}
+	}
+	for i, s := range hs {
+		var live []*hold
+		for _, q := range hs[:i+1] {
+			if q.gEnd() > s.begin && q.begin <= s.begin {
+				live = append(live, q)
+			}
+		}
+		bound := semBigLimit
+		if key == kSem {
+			bound = 0
+			for _, q := range live {
+				r := q.root() // an adopted permit was counted when it was granted
+				bound = max(bound, x.limitsIn(r.asked, r.begin))
+			}
+			if n, since, ok := x.settled(s.begin); ok && s.from == nil && s.asked > since && len(live) > n {
+				bound = n
+			}
+		}
+		if len(live) > bound {
+			x.report("limit", s.begin, key, live, "%d holders of %q (bound %d) when %s began", len(live), key, bound, s)
+		}
+	}
+}
+
+// checkFences: no two holds of key get one fence (an Adopt keeps the
+// fence of the hold it took on), and a hold whose acquisition began after
+// another's returned has a larger fence.
+func (x *exploreRun) checkFences(key string) {
+	seen := map[uint64]*hold{}
+	var hs []*hold
+	for _, h := range x.holds {
+		if h.key != key {
+			continue
+		}
+		if h.from != nil {
+			if h.fence != h.from.fence && h.from.key == key {
+				x.report("fence", h.begin, key, []*hold{h.from, h}, "%s adopted %s with another fence", h, h.from)
+			}
+			continue
+		}
+		if p := seen[h.fence]; p != nil {
+			x.report("fence", h.begin, key, []*hold{p, h}, "%s and %s got one fence", p, h)
+		}
+		seen[h.fence] = h
+		hs = append(hs, h)
+	}
+	var most *hold
+	j := 0
+	byAsk := append([]*hold(nil), hs...)
+	sort.Slice(byAsk, func(a, b int) bool { return byAsk[a].asked < byAsk[b].asked })
+	for _, h := range byAsk {
+		for ; j < len(hs) && hs[j].begin < h.asked; j++ {
+			if most == nil || hs[j].fence > most.fence {
+				most = hs[j]
+			}
+		}
+		if most != nil && h.fence <= most.fence {
+			x.report("fence", h.begin, key, []*hold{most, h}, "%s, asked at %s, after %s had returned at %s", h, x.since(h.asked), most, x.since(most.begin))
+		}
+	}
+}
+
+// checkTerms: every term that Observe reported was issued by a Campaign.
+func (x *exploreRun) checkTerms() {
+	terms := map[uint64]bool{}
+	for _, h := range x.holds {
+		if h.key == kElect {
+			terms[h.fence] = true
+		}
+	}
+	for _, o := range x.observed {
+		if !terms[o.term] {
+			x.report("terms", o.at, kElect, nil, "Observe reported term %d, which no Campaign returned", o.term)
+		}
+	}
+}
+
+// excused reports whether a hold of slot/gen on key may have ended without
+// its holder's doing in [from, to]: a ForceRelease of the key, its
+// Locker's Close, a server that lost its data.
+func (x *exploreRun) excused(key string, slot, gen int, from, to int64) bool {
+	for _, f := range x.forces {
+		if f.key == key && f.start <= to && f.end >= from {
+			return true
+		}
+	}
+	for _, c := range x.closes {
+		if c.slot == slot && c.gen == gen && c.start <= to {
+			return true
+		}
+	}
+	return x.dataLost(from, to)
+}
+
+// slotTroubled reports whether a command of slot on key, or of any slot
+// when key is "", went unanswered (or failed) in [from, to], or a server
+// fault hit it.
+func (x *exploreRun) slotTroubled(slot int, key string, from, to int64) bool {
+	for _, c := range x.cmdBad {
+		if (slot < 0 || c.slot == slot) && (key == "" || c.key == key) && c.start <= to && c.end >= from {
+			return true
+		}
+	}
+	return x.globalDuring(from, to)
+}
+
+// checkLosses: a hold is not lost with a quorum saying it is no longer
+// its holder's (ValidUntil zero) unless something could end it.
+func (x *exploreRun) checkLosses() {
+	for _, h := range x.holds {
+		if h.lost == 0 || !h.lostQ {
+			continue
+		}
+		if x.excused(h.key, h.slot, h.gen, h.begin, h.lost) || x.slotTroubled(h.slot, "", h.begin, h.lost) || x.byOtherShape(h) || x.raced(h) {
+			continue
+		}
+		x.report("truth", h.lost, h.key, []*hold{h}, "%s lost at %s (no quorum holds it) with no fault, Close or ForceRelease to end it", h, x.since(h.lost))
+	}
+}
+
+// byOtherShape reports a hold adopted in another shape (a violation of its
+// own), or adopted from one.
+func (x *exploreRun) byOtherShape(h *hold) bool {
+	for q := h; q != nil; q = q.from {
+		if q.from != nil && q.shape != q.from.shape {
+			return true
+		}
+	}
+	return false
+}
+
+// judge judges a call's result (see the kinds in explore_ops.go).
+func (x *exploreRun) judge(c *claim) {
+	closed := x.closedIn(c.slot, c.gen, c.end)
+	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) {
+		x.report("truth", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
+	}
+	if isErr(c.err, dlock.ErrMisconfigured) && x.falseMisconfigured(c) {
+		x.report("truth", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrMisconfigured without a misconfiguration: %v", c.op, c.key, c.shape, c.slot, c.err)
+	}
+	switch c.kind {
+	case "release", "extend", "do", "proclaim":
+		x.judgeHeld(c)
+	case "acquire":
+		x.judgeFree(c)
+	case "setlimit":
+		if isErr(c.err, dlock.ErrNotHeld) && x.anchored(c.start, c.end) {
+			x.report("truth", c.end, c.key, nil, "SetLimit(%d): ErrNotHeld while the anchor's permit was held", c.limit)
+		}
+	case "request":
+		if c.op == "RequestRelease" && isErr(c.err, dlock.ErrNotHeld) && x.heldThrough(c.key, c.start, c.end) {
+			x.report("truth", c.end, c.key, nil, "RequestRelease %q: ErrNotHeld while a holder held it throughout", c.key)
+		}
+	default:
+		x.judgeAdopt(c)
+	}
+}
+
+// suspected reports an error that names a node not waited for because it
+// recently did not answer in time (quorum.ErrNotWaited), when a command of
+// the slot did go unanswered (or failed) within the last 11s: the
+// suspicion lasts 10s.
+func (x *exploreRun) suspected(c *claim) bool {
+	return isErr(c.err, quorum.ErrNotWaited) && x.slotTroubled(c.slot, "", c.start-int64(11*time.Second), c.end)
+}
+
+// raced reports a hold whose lineage was detached while its Locker closed
+// (Detach racing Close: which of them won is not known, and when Close
+// did, its release may end the hold the Handoff named, even after an
+// Adopt).
+func (x *exploreRun) raced(h *hold) bool {
+	for q := h; q != nil; q = q.from {
+		if q.how == "detached" && x.closedIn(q.slot, q.gen, q.end+int64(time.Millisecond)) {
+			return true
+		}
+	}
+	return false
+}
+
+// closedIn reports whether slot's Locker of generation gen was closing by
+// t.
+func (x *exploreRun) closedIn(slot, gen int, t int64) bool {
+	for _, c := range x.closes {
+		if c.slot == slot && c.gen == gen && c.start <= t {
+			return true
+		}
+	}
+	return false
+}
+
+// falseMisconfigured reports an ErrMisconfigured with no misconfiguration:
+// on a key of one shape, or on kSem when the limit asked is the settled
+// one and no SetLimit ran during the call.
+func (x *exploreRun) falseMisconfigured(c *claim) bool {
+	switch c.key {
+	case kSem:
+		if c.op == "SetLimit" {
+			return true
+		}
+		n, since, ok := x.settled(c.start)
+		if !ok || n != c.limit || c.start <= since {
+			return false
+		}
+		n2, since2, ok2 := x.settled(c.end)
+		return ok2 && n2 == n && since2 == since
+	case kLock, kLock2, kRW, kElect, kSemBig:
+		return !strings.HasPrefix(c.kind, "adopt")
+	}
+	return false
+}
+
+// judgeHeld: Release, Extend, Do's end and Proclaim on a hold whose Lost
+// had not closed and whose validity was not over when the call began do
+// not report it not held (ErrNotHeld, or ErrLockLost for Do), unless
+// something could have ended it.
+func (x *exploreRun) judgeHeld(c *claim) {
+	notHeld := isErr(c.err, dlock.ErrNotHeld) || c.kind == "do" && isErr(c.err, dlock.ErrLockLost)
+	// (Lost closes up to 50ms before the validity ends: a call that ends
+	// later may find the lock lost by then.)
+	if !notHeld || c.lostBefore || c.vu < c.end+int64(60*time.Millisecond) || c.h == nil {
+		return
+	}
+	if x.excused(c.key, c.slot, c.gen, c.h.begin, c.end) || x.byOtherShape(c.h) || x.raced(c.h) {
+		return
+	}
+	x.report("truth", c.end, c.key, c.holds(), "%s of %s at %s, valid for %s more and not lost: %v", c.op, c.h, x.since(c.start),
+		time.Duration(c.vu-c.start).Round(time.Millisecond), c.err)
+}
+
+// heldThrough reports whether a hold of key was guaranteed through [from,
+// to].
+func (x *exploreRun) heldThrough(key string, from, to int64) bool {
+	for _, h := range x.holds {
+		if h.key == key && h.begin <= from && h.gEnd() >= to && !x.excused(key, h.slot, h.gen, h.begin, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeAdopt: an Adopt of a live hold succeeds, with its fence, unless a
+// node did not answer or its hold could have ended; an Adopt in another
+// shape, or of a released or expired token, fails.
+func (x *exploreRun) judgeAdopt(c *claim) {
+	from := c.h
+	switch c.kind {
+	case "adopt other shape":
+		if c.ok {
+			x.report("shape", c.end, c.key, c.holds(), "Adopt of %s as a %s succeeded", from, c.shape)
+		}
+	case "adopt released":
+		if c.ok && from.free != 0 {
+			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s, released at %s, succeeded", from, x.since(from.free))
+		}
+	case "adopt expired":
+		if c.ok {
+			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s, detached at %s and expired, succeeded", from, x.since(from.end))
+		}
+	case "adopt live":
+		live := from.valid > c.start+int64(20*time.Millisecond)
+		if isErr(c.err, dlock.ErrNotHeld) && live && !x.excused(c.key, from.slot, from.gen, from.begin, c.end) && !x.raced(from) &&
+			!x.slotTroubled(from.slot, c.key, from.begin, c.end) && !x.slotTroubled(c.slot, c.key, from.begin, c.end) {
+			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s on slot %d: ErrNotHeld while its hold was live (valid %s more)", from, c.slot,
+				time.Duration(from.valid-c.start).Round(time.Millisecond))
+		}
+	}
+}
+
+// judgeFree: a TryAcquire (Acquire that ran out of time) refused as busy
+// while nothing held the key and every node answered is a violation: a
+// lock's key held by nobody, or a semaphore with a free permit.
+func (x *exploreRun) judgeFree(c *claim) {
+	if c.op != "TryAcquire" || !isErr(c.err, dlock.ErrNotAcquired) || c.troubled {
+		return
+	}
+	busy := x.busy(c.key, c.start-int64(time.Second), c.end)
+	limit := 1
+	switch c.key {
+	case kSemBig:
+		limit = semBigLimit
+	case kSem:
+		n, _, ok := x.settled(c.start)
+		if !ok || n != c.limit || x.waiting(c.key, c.start-int64(time.Second), c.end) {
+			return
+		}
+		limit = n
+	case kRW, kElect:
+		return
+	default:
+		if x.waiting(c.key, c.start-int64(time.Second), c.end) {
+			return
+		}
+	}
+	if busy < limit && !x.slotTroubled(-1, c.key, c.start-int64(time.Second), c.end) {
+		x.report("liveness", c.end, c.key, nil, "TryAcquire %q (%s) on slot %d refused with %d holders or leftovers of %d: %v", c.key, c.shape, c.slot, busy, limit, c.err)
+	}
+}
+
+// busy counts the holds of key that may have held it at some time in
+// [from, to] (from a node timeout before their grant returned to when the
+// key is known free of them).
+func (x *exploreRun) busy(key string, from, to int64) int {
+	n := 0
+	for _, h := range x.holds {
+		if h.key == key && h.begin-int64(time.Second) <= to && h.freeAt() >= from {
+			n++
+		}
+	}
+	return n
+}
+
+// waiting reports whether an Acquire of key (which may hold a
+// reservation, or a place in the queue) was under way in [from, to].
+func (x *exploreRun) waiting(key string, from, to int64) bool {
+	for _, c := range x.claims {
+		if c.key == key && c.kind == "acquire" && c.op != "TryAcquire" && c.start <= to && c.end >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// checkWaiters: while an Acquire of a lock's key waits, the key is not
+// left free (no hold, no leftover of a command that failed) for longer
+// than waitBound.
+func (x *exploreRun) checkWaiters(key string) {
+	type iv struct{ a, b int64 }
+	var busy []iv
+	for _, h := range x.holds {
+		if h.key == key {
+			busy = append(busy, iv{h.begin - int64(time.Second), h.freeAt()})
+		}
+	}
+	for _, c := range x.cmdBad {
+		if c.key == key || c.key == "" {
+			busy = append(busy, iv{c.start, c.end + int64(time.Second)})
+		}
+	}
+	for _, g := range x.global {
+		busy = append(busy, iv{g.start, g.end + int64(time.Second)})
+	}
+	for _, f := range x.forces {
+		busy = append(busy, iv{f.start, f.end})
+	}
+	sort.Slice(busy, func(i, j int) bool { return busy[i].a < busy[j].a })
+	for _, c := range x.claims {
+		if c.key != key || c.kind != "acquire" || c.op == "TryAcquire" || c.op == "AcquireAll" {
+			continue
+		}
+		at := c.start
+		for _, b := range busy {
+			if b.a > c.end {
+				break
+			}
+			if b.a-at > int64(waitBound) && at >= c.start {
+				x.report("liveness", at, key, nil, "%q free from %s to %s while %s on slot %d waited (%s to %s)", key,
+					x.since(at), x.since(b.a), c.op, c.slot, x.since(c.start), x.since(c.end))
+				return
+			}
+			at = max(at, b.b)
+		}
+		if c.end-at > int64(waitBound) && !errors.Is(c.err, dlock.ErrClosed) {
+			x.report("liveness", at, key, nil, "%q free from %s while %s on slot %d waited until %s: %v", key, x.since(at), c.op, c.slot, x.since(c.end), c.err)
+			return
+		}
+	}
+}
+
+// holds are the holds a call was about, and returned.
+func (c *claim) holds() []*hold {
+	var hs []*hold
+	for _, h := range []*hold{c.h, c.got} {
+		for ; h != nil; h = h.from {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// historyOf is a minimal history of a violation of key at t: from 300ms
+// before the first of the holds involved was asked for (or 2s before t),
+// to t: the holds of key, the faults on its commands and the servers',
+// the Closes of Lockers and the failed calls on key, in time order.
+func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
+	from := t - int64(2*time.Second)
+	for _, h := range involved {
+		from = min(from, h.asked-int64(300*time.Millisecond))
+	}
+	to := t + int64(50*time.Millisecond)
+	type line struct {
+		at int64
+		s  string
+	}
+	var ls []line
+	add := func(at int64, format string, args ...any) {
+		ls = append(ls, line{at, x.since(at).Round(time.Microsecond).String() + ": " + fmt.Sprintf(format, args...)})
+	}
+	for _, h := range x.holds {
+		if h.key == key && h.begin <= to && h.gEnd() >= from {
+			add(h.begin, "%s granted (asked at %s), guaranteed until %s, %s at %s", h, x.since(h.asked), x.since(h.gEnd()), h.how, x.since(h.end))
+		}
+	}
+	for _, f := range x.injected {
+		if (f.key == key || f.slot < 0) && f.start <= to && f.end >= from {
+			add(f.start, "fault: %s, slot %d node %d, until %s", f.kind, f.slot, f.node, x.since(f.end))
+		}
+	}
+	for _, c := range x.limits {
+		if key == kSem && c.start <= to && c.end >= from {
+			add(c.start, "SetLimit(%d) on slot %d, until %s (nil: %v)", c.n, slots, x.since(c.end), c.ok)
+		}
+	}
+	for _, c := range x.closes {
+		if c.start <= to && c.end >= from {
+			add(c.start, "Close of slot %d/%d, until %s (nil: %v)", c.slot, c.gen, x.since(c.end), c.ok)
+		}
+	}
+	for _, c := range x.claims {
+		if c.key == key && c.err != nil && c.end <= to && c.end >= from {
+			add(c.end, "%s %q (%s) on slot %d, called at %s, returned: %v", c.op, c.key, c.shape, c.slot, x.since(c.start), c.err)
+		}
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i].at < ls[j].at })
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.s)
+	}
+	if len(out) > 50 {
+		out = append(out[len(out)-50:], fmt.Sprintf("(and %d lines before)", len(out)-50))
+	}
+	return out
+}
