@@ -218,6 +218,7 @@ type exploreRun struct {
 	faults   [][]*nodeFaults // [slot][node]
 	stop     chan struct{}
 	ops      atomic.Int64
+	storm    atomic.Bool // the faults that a caller sees are drawn (see faultLoop)
 	sab      *sabotage
 	changer  *changer
 	inflight []inflight // by slot
@@ -280,7 +281,7 @@ func newRun(t *testing.T, e Explore, top Topology, seed uint64) *exploreRun {
 	for i := range x.inflight {
 		x.inflight[i].m = map[uint64]int64{}
 	}
-	rate := []float64{0.02, 0.05, 0.1}[seed%3]
+	rate := []float64{0.03, 0.06, 0.12}[seed%3]
 	if e.Family.ProxyFaults {
 		rate = 0
 	}
@@ -374,12 +375,12 @@ func (x *exploreRun) sent(s int) (uint64, int64) {
 
 // answered notes the end of a command: its fault, and, when its caller saw
 // an error or no answer, the command.
-func (x *exploreRun) answered(s, n int, id uint64, start int64, key, kind string, bad bool) {
+func (x *exploreRun) answered(s, n int, id uint64, start int64, key, kind string, bad bool, until int64) {
 	f := &x.inflight[s]
 	f.mu.Lock()
 	delete(f.m, id)
 	f.mu.Unlock()
-	end := now()
+	end := max(now(), until)
 	if kind != "" {
 		x.fault(faultRec{kind: kind, slot: s, node: n, key: key, start: start, end: end})
 	}

@@ -523,10 +523,24 @@ func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
 			add(h.begin, "%s granted (asked at %s), guaranteed until %s, %s at %s", h, x.since(h.asked), x.since(h.gEnd()), h.how, x.since(h.end))
 		}
 	}
+	type run struct {
+		line, n int
+		last    int64
+	}
+	runs := map[faultRec]*run{} // repeats of one fault within 500ms: one line
 	for _, f := range x.injected {
-		if (f.key == key || f.slot < 0) && f.start <= to && f.end >= from {
-			add(f.start, "fault: %s, slot %d node %d, until %s", f.kind, f.slot, f.node, x.since(f.end))
+		if (f.key != key && f.slot >= 0) || f.start > to || f.end < from {
+			continue
 		}
+		k := faultRec{kind: f.kind, slot: f.slot, node: f.node}
+		if r := runs[k]; r != nil && f.start-r.last < int64(500*time.Millisecond) {
+			r.n++
+			r.last = f.start
+			ls[r.line].s = fmt.Sprintf("%s: fault: %s, slot %d node %d (%d commands, the last at %s)", x.since(ls[r.line].at).Round(time.Microsecond), f.kind, f.slot, f.node, r.n, x.since(f.start))
+			continue
+		}
+		runs[k] = &run{line: len(ls), n: 1, last: f.start}
+		add(f.start, "fault: %s, slot %d node %d, until %s", f.kind, f.slot, f.node, x.since(f.end))
 	}
 	for _, c := range x.limits {
 		if key == kSem && c.start <= to && c.end >= from {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -116,6 +117,7 @@ type claim struct {
 	h          *hold // the hold the call was about
 	got        *hold // the hold it returned
 	limit      int   // a semaphore's limit asked (SetLimit's n)
+	tr         *callTrace
 	vu         int64 // the hold's ValidUntil when the call began
 	lostBefore bool  // its Lost had closed when the call began
 	ok         bool
@@ -200,10 +202,44 @@ func (g *holding) before(kind, op string) *claim {
 	return c
 }
 
-// after completes a call's claim and records it.
+// callTrace counts the commands of one call (the wrapper finds it in their
+// context): those sent, those answered, and whether one failed or went
+// unanswered.
+type callTrace struct {
+	sent, answered atomic.Int32
+	bad            atomic.Bool
+}
+
+type traceKey struct{}
+
+// ctx is parent carrying the claim's trace.
+func (c *claim) ctx(parent context.Context) context.Context {
+	if c.tr == nil {
+		c.tr = &callTrace{}
+	}
+	return context.WithValue(parent, traceKey{}, c.tr)
+}
+
+// traceOf is the trace a command's context carries, or nil.
+func traceOf(ctx context.Context) *callTrace {
+	tr, _ := ctx.Value(traceKey{}).(*callTrace)
+	return tr
+}
+
+// after completes a call's claim and records it. The call was troubled when
+// one of its commands failed or was still unanswered when it returned (or,
+// for a call whose commands were not traced, one of its Locker's), or a
+// server fault hit it.
 func (x *exploreRun) after(c *claim, err error) {
 	c.end, c.err, c.ok = now(), err, err == nil
-	c.troubled = x.troubled(c.slot, c.start)
+	if c.tr != nil {
+		c.troubled = c.tr.bad.Load() || c.tr.sent.Load() != c.tr.answered.Load()
+		x.mu.Lock()
+		c.troubled = c.troubled || x.globalDuring(c.start, c.end)
+		x.mu.Unlock()
+	} else {
+		c.troubled = x.troubled(c.slot, c.start)
+	}
 	x.mu.Lock()
 	x.claims = append(x.claims, c)
 	x.mu.Unlock()
@@ -242,7 +278,7 @@ func (g *holding) extend(ttl time.Duration) {
 		g.h.mu.Unlock()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := g.k.Extend(ctx, ttl)
+	err := g.k.Extend(c.ctx(ctx), ttl)
 	cancel()
 	g.x.after(c, err)
 	if err == nil {
@@ -258,7 +294,7 @@ func (g *holding) release() error {
 	c := g.before("release", "Release")
 	g.ended(c.start, "released")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := g.k.Release(ctx)
+	err := g.k.Release(c.ctx(ctx))
 	cancel()
 	g.x.after(c, err)
 	if err == nil {

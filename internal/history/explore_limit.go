@@ -55,7 +55,7 @@ func (c *changer) run() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		cl := &claim{kind: "setlimit", op: "SetLimit", key: kSem, slot: slots, gen: gen, start: now(), limit: n}
-		err := l.SetLimit(ctx, kSem, n)
+		err := l.SetLimit(cl.ctx(ctx), kSem, n)
 		cancel()
 		x.after(cl, err)
 		x.mu.Lock()

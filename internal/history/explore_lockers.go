@@ -144,11 +144,12 @@ func goRedisLocker(addrs []string, cluster bool, register func(i int, key any)) 
 	return l, closeAll, err
 }
 
-// faultLoop injects the faults that last a while, one every 50 to 300ms,
-// chosen by the run's seed, until the run stops; and delivers the copies
-// held back too long.
+// faultLoop injects the faults that last a while, one every 50 to 300ms
+// during storms (the proxies' at all times), chosen by the run's seed,
+// until the run stops; and delivers the copies held back too long.
 func (x *exploreRun) faultLoop() {
 	rnd := rand.New(rand.NewPCG(x.seed, 999))
+	phase := time.Now()
 	for !x.stopped() {
 		select {
 		case <-x.stop:
@@ -156,11 +157,22 @@ func (x *exploreRun) faultLoop() {
 		case <-time.After(time.Duration(50+rnd.IntN(250)) * time.Millisecond):
 		}
 		x.sweep(false)
+		if time.Now().After(phase) {
+			// Storms of 1 to 3s, and calms as long.
+			x.storm.Store(!x.storm.Load())
+			phase = time.Now().Add(time.Duration(1000+rnd.IntN(2000)) * time.Millisecond)
+		}
 		s, n := rnd.IntN(slots+1), rnd.IntN(x.nodes())
 		f := x.faults[s][n]
-		switch k := rnd.IntN(10); {
-		case x.e.Family.ProxyFaults && k < 7:
-			x.proxyFault(rnd, s, n)
+		k := rnd.IntN(10)
+		if x.e.Family.ProxyFaults && k < 7 {
+			x.proxyFault(rnd, s, n) // unseen: the client tries again
+			continue
+		}
+		if !x.storm.Load() {
+			continue
+		}
+		switch {
 		case k < 3:
 			f.mu.Lock()
 			f.cutCalls++

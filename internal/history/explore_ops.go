@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -79,9 +80,9 @@ func (x *exploreRun) acquire(rnd *rand.Rand, s int, l *dlock.Locker, gen int, ke
 	var err error
 	if try {
 		c.op = "TryAcquire"
-		k, err = l.TryAcquire(ctx, key, sh.opts(ttl)...)
+		k, err = l.TryAcquire(c.ctx(ctx), key, sh.opts(ttl)...)
 	} else {
-		k, err = l.Acquire(ctx, key, sh.opts(ttl)...)
+		k, err = l.Acquire(c.ctx(ctx), key, sh.opts(ttl)...)
 	}
 	ret := now()
 	x.after(c, err)
@@ -142,12 +143,16 @@ func (x *exploreRun) finish(g *holding, rnd *rand.Rand, depth int) {
 		g.release()
 		x.adoptDead(g, rnd, "adopt released")
 	default:
+		// Expired: twice its TTL after the copies held back of its last
+		// commands (delivered within 2.5s) could have run.
 		g.detach()
-		if g.h.ttl > 2*time.Second {
+		if g.h.ttl > time.Second {
 			return // (its key expires after a while)
 		}
-		x.sleep(g.h.ttl + 300*time.Millisecond)
-		x.adoptDead(g, rnd, "adopt expired")
+		x.sleep(2*g.h.ttl + 2500*time.Millisecond)
+		if !x.stopped() {
+			x.adoptDead(g, rnd, "adopt expired")
+		}
 	}
 }
 
@@ -216,7 +221,7 @@ func (x *exploreRun) adopt(rnd *rand.Rand, s int, l *dlock.Locker, gen int, h dl
 	ctx, cancel := context.WithTimeout(context.Background(), ms(rnd, 500, 2000))
 	defer cancel()
 	c := &claim{kind: kind, op: "Adopt", key: h.Key, shape: sh, slot: s, gen: gen, start: now(), h: from}
-	k, err := l.Adopt(ctx, h.Key, h.Token, sh.opts(ttl)...)
+	k, err := l.Adopt(c.ctx(ctx), h.Key, h.Token, sh.opts(ttl)...)
 	ret := now()
 	x.after(c, err)
 	if err != nil {
@@ -263,10 +268,11 @@ func (x *exploreRun) opSem(rnd *rand.Rand) {
 	}
 }
 
-// opBurst has 4 to 12 goroutines TryAcquire a permit of kSemBig at once
-// (fence claims under contention), hold it up to 30ms and release it.
+// opBurst has 4 to 16 goroutines TryAcquire a permit of kSemBig at once
+// (fence claims under contention), hold it up to 30ms and release it,
+// three times each.
 func (x *exploreRun) opBurst(rnd *rand.Rand) {
-	n := 4 + rnd.IntN(9)
+	n := 4 + rnd.IntN(13)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
@@ -279,9 +285,11 @@ func (x *exploreRun) opBurst(rnd *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if g := x.acquire(r, s, l, gen, kSemBig, shape{limit: semBigLimit}, time.Second, true); g != nil {
-				g.wait(ms(r, 0, 30), false)
-				g.release()
+			for range 3 {
+				if g := x.acquire(r, s, l, gen, kSemBig, shape{limit: semBigLimit}, time.Second, true); g != nil {
+					g.wait(ms(r, 0, 30), false)
+					g.release()
+				}
 			}
 		}()
 	}
@@ -302,7 +310,8 @@ func (x *exploreRun) opDo(rnd *rand.Rand) {
 	start := now()
 	var c *claim
 	var g *holding
-	err := l.Do(ctx, kLock, func(ctx context.Context) error {
+	tr := &claim{}
+	err := l.Do(tr.ctx(ctx), kLock, func(ctx context.Context) error {
 		k, _ := dlock.LockFromContext(ctx)
 		g = x.newHolding("Do", k, shape{}, ttl, s, gen, l, start, now())
 		if rnd.IntN(2) == 0 {
@@ -316,6 +325,7 @@ func (x *exploreRun) opDo(rnd *rand.Rand) {
 	if c == nil {
 		c = &claim{kind: "acquire", op: "Do", key: kLock, slot: s, gen: gen, start: start}
 	}
+	c.tr = tr.tr
 	x.after(c, err)
 	if g != nil && err == nil {
 		g.h.mu.Lock()
@@ -339,7 +349,7 @@ func (x *exploreRun) opAll(rnd *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), ms(rnd, 500, 4000))
 	defer cancel()
 	c := &claim{kind: "acquire", op: "AcquireAll", key: kLock, slot: s, gen: gen, start: now()}
-	ks, err := l.AcquireAll(ctx, keys, dlock.WithTTL(ttl))
+	ks, err := l.AcquireAll(c.ctx(ctx), keys, dlock.WithTTL(ttl))
 	ret := now()
 	x.after(c, err)
 	var gs []*holding
@@ -375,7 +385,7 @@ func (x *exploreRun) opCampaign(rnd *rand.Rand) {
 		close(asked)
 	}
 	c := &claim{kind: "acquire", op: "Campaign", key: kElect, slot: s, gen: gen, start: now()}
-	k, err := l.Campaign(ctx, kElect, fmt.Sprintf("slot%d", s), dlock.WithTTL(ttl))
+	k, err := l.Campaign(c.ctx(ctx), kElect, fmt.Sprintf("slot%d", s), dlock.WithTTL(ttl))
 	ret := now()
 	cancel()
 	<-asked
@@ -388,7 +398,7 @@ func (x *exploreRun) opCampaign(rnd *rand.Rand) {
 	if rnd.IntN(2) == 0 {
 		pc := g.before("proclaim", "Proclaim")
 		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		x.after(pc, k.Proclaim(pctx, fmt.Sprintf("slot%d'", s)))
+		x.after(pc, k.Proclaim(pc.ctx(pctx), fmt.Sprintf("slot%d'", s)))
 		pcancel()
 	}
 	x.hold(g, rnd, 2)
@@ -404,7 +414,7 @@ func (x *exploreRun) requestLeadership(ctx context.Context, s int, l *dlock.Lock
 		case <-time.After(30 * time.Millisecond):
 		}
 		c := &claim{kind: "request", op: "RequestLeadership", key: kElect, slot: s, gen: gen, start: now()}
-		err := l.RequestLeadership(ctx, kElect, "hand over")
+		err := l.RequestLeadership(c.ctx(ctx), kElect, "hand over")
 		x.after(c, err)
 		if err == nil || isErr(err, dlock.ErrNotHeld) || isErr(err, dlock.ErrClosed) {
 			return
@@ -445,7 +455,7 @@ func (x *exploreRun) opRequest(rnd *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	c := &claim{kind: "request", op: "RequestRelease", key: key, slot: s, gen: gen, start: now()}
-	x.after(c, l.RequestRelease(ctx, key, "asked by the explorer"))
+	x.after(c, l.RequestRelease(c.ctx(ctx), key, "asked by the explorer"))
 }
 
 // opForce force-releases a lock key (never the semaphore's, whose limit
@@ -459,7 +469,7 @@ func (x *exploreRun) opForce(rnd *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	c := &claim{kind: "force", op: "ForceRelease", key: key, slot: s, gen: gen, start: now()}
-	_, err := l.ForceRelease(ctx, key)
+	_, err := l.ForceRelease(c.ctx(ctx), key)
 	x.after(c, err)
 	x.mu.Lock()
 	x.forces = append(x.forces, span{key: key, start: c.start, end: c.end})
@@ -494,11 +504,13 @@ func (x *exploreRun) opRace(rnd *rand.Rand) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
-	delay := time.Duration(rnd.IntN(300)) * time.Microsecond
+	delay := time.Duration(rnd.IntN(100)) * time.Microsecond
 	go func() {
 		defer wg.Done()
 		<-start
-		time.Sleep(delay)
+		for t := time.Now(); time.Since(t) < delay; {
+			runtime.Gosched()
+		}
 		h = g.detach()
 	}()
 	go func() {

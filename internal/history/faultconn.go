@@ -36,11 +36,20 @@ const (
 	fSlow      = "node slow by a set delay"
 )
 
-// perCommand are the faults drawn for single commands, by weight.
-var perCommand = []struct {
+// perCommand are the faults drawn for single commands, by weight: those
+// that the caller cannot see (a command run twice, or late, and answered
+// as if once: nothing may excuse what they cause), drawn at all times, and
+// those it sees (an error, no answer), drawn only in a storm (see
+// exploreRun.storm), so that between storms every call is judged sharply.
+var (
+	unseen = []weighted{{fTwice, 2}, {fRetried, 2}, {fLate, 3}}
+	seen   = []weighted{{fLost, 2}, {fReset, 1}, {fResetLate, 2}}
+)
+
+type weighted struct {
 	kind   string
 	weight int
-}{{fLost, 2}, {fTwice, 2}, {fRetried, 2}, {fLate, 3}, {fReset, 1}, {fResetLate, 2}}
+}
 
 // registry maps a wrapped node's key (its go-redis client, or its address:
 // a proxy's of the explorer's) to its faults.
@@ -125,6 +134,10 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 	run := c.f.run
 	cmds = sabotagedAll(run, cmds)
 	kind := c.f.draw()
+	tr := traceOf(ctx)
+	if tr != nil {
+		tr.sent.Add(1)
+	}
 	id, start := run.sent(c.f.slot)
 	rs := c.inject(ctx, kind, cmds, multi)
 	bad := false
@@ -133,7 +146,13 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 			bad = true
 		}
 	}
-	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), kind, bad)
+	if tr != nil {
+		if bad {
+			tr.bad.Store(true)
+		}
+		tr.answered.Add(1)
+	}
+	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), kind, bad, c.f.until(kind))
 	c.f.tick(c)
 	return rs
 }
@@ -235,18 +254,39 @@ func (f *nodeFaults) draw() string {
 		return fSlow
 	case f.rate == 0 || f.rnd.Float64() >= f.rate:
 		return ""
+	case f.run.storm.Load() && f.rnd.IntN(2) == 0:
+		return draw(f.rnd, seen)
 	}
+	return draw(f.rnd, unseen)
+}
+
+// draw draws one of ks by weight.
+func draw(rnd *rand.Rand, ks []weighted) string {
 	total := 0
-	for _, k := range perCommand {
+	for _, k := range ks {
 		total += k.weight
 	}
-	n := f.rnd.IntN(total)
-	for _, k := range perCommand {
+	n := rnd.IntN(total)
+	for _, k := range ks {
 		if n -= k.weight; n < 0 {
 			return k.kind
 		}
 	}
-	return ""
+	return ks[0].kind
+}
+
+// until is when a command that met the fault kind may still run or leave
+// something behind: when the cut heals, or the delay's end.
+func (f *nodeFaults) until(kind string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch kind {
+	case fCutWhile:
+		return f.cutUntil.UnixNano()
+	case fSlow:
+		return time.Now().Add(f.slowBy).UnixNano()
+	}
+	return 0
 }
 
 func (f *nodeFaults) coin() bool {
