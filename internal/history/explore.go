@@ -349,10 +349,12 @@ func (x *exploreRun) id() int {
 }
 
 // fault counts an injected fault, and records it for the histories.
-func (x *exploreRun) fault(r faultRec) {
+func (x *exploreRun) fault(r faultRec, count bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.kinds[r.kind]++
+	if count {
+		x.kinds[r.kind]++
+	}
 	if len(x.injected) < 200000 {
 		x.injected = append(x.injected, r)
 	}
@@ -375,14 +377,16 @@ func (x *exploreRun) sent(s int) (uint64, int64) {
 
 // answered notes the end of a command: its fault, and, when its caller saw
 // an error or no answer, the command.
-func (x *exploreRun) answered(s, n int, id uint64, start int64, key, kind string, bad bool, until int64) {
+func (x *exploreRun) answered(s, n int, id uint64, start int64, key, what, kind string, bad bool, until int64) {
 	f := &x.inflight[s]
 	f.mu.Lock()
 	delete(f.m, id)
 	f.mu.Unlock()
 	end := max(now(), until)
 	if kind != "" {
-		x.fault(faultRec{kind: kind, slot: s, node: n, key: key, start: start, end: end})
+		// The loop counts the faults that last a while (see counted).
+		perCommand := kind != fCutCall && kind != fCutWhile && kind != fSlow
+		x.fault(faultRec{kind: kind, slot: s, node: n, key: key, what: what, start: start, end: end}, perCommand)
 	}
 	if bad {
 		x.mu.Lock()

@@ -207,12 +207,24 @@ func (x *exploreRun) excused(key string, slot, gen int, from, to int64) bool {
 			return true
 		}
 	}
-	for _, c := range x.closes {
-		if c.slot == slot && c.gen == gen && c.start <= to {
-			return true
+	if slot >= 0 {
+		for _, c := range x.closes {
+			if c.slot == slot && c.gen == gen && c.start <= to {
+				return true
+			}
 		}
 	}
 	return x.dataLost(from, to)
+}
+
+// excusedHold is excused for hold h, whose Locker's Close does not excuse
+// its end once it was detached alive (see opRace).
+func (x *exploreRun) excusedHold(h *hold, from, to int64) bool {
+	slot := h.slot
+	if h.detachWon {
+		slot = -1
+	}
+	return x.excused(h.key, slot, h.gen, from, to)
 }
 
 // slotTroubled reports whether a command of slot on key, or of any slot
@@ -287,13 +299,13 @@ func (x *exploreRun) suspected(c *claim) bool {
 	return isErr(c.err, quorum.ErrNotWaited) && x.slotTroubled(c.slot, "", c.start-int64(11*time.Second), c.end)
 }
 
-// raced reports a hold whose lineage was detached while its Locker closed
-// (Detach racing Close: which of them won is not known, and when Close
-// did, its release may end the hold the Handoff named, even after an
-// Adopt).
+// raced reports a hold whose lineage was detached while its Locker closed,
+// when Close may have come first (Detach racing Close: then Close's
+// release ends the hold the Handoff named, even after an Adopt), unless
+// Detach is known to have come first (see opRace).
 func (x *exploreRun) raced(h *hold) bool {
 	for q := h; q != nil; q = q.from {
-		if q.how == "detached" && x.closedIn(q.slot, q.gen, q.end+int64(time.Millisecond)) {
+		if q.how == "detached" && !q.detachWon && x.closedIn(q.slot, q.gen, q.end+int64(time.Millisecond)) {
 			return true
 		}
 	}
@@ -381,7 +393,7 @@ func (x *exploreRun) judgeAdopt(c *claim) {
 		}
 	case "adopt live":
 		live := from.valid > c.start+int64(20*time.Millisecond)
-		if isErr(c.err, dlock.ErrNotHeld) && live && !x.excused(c.key, from.slot, from.gen, from.begin, c.end) && !x.raced(from) &&
+		if isErr(c.err, dlock.ErrNotHeld) && live && !x.excusedHold(from, from.begin, c.end) && !x.raced(from) &&
 			!x.slotTroubled(from.slot, c.key, from.begin, c.end) && !x.slotTroubled(c.slot, c.key, from.begin, c.end) {
 			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s on slot %d: ErrNotHeld while its hold was live (valid %s more)", from, c.slot,
 				time.Duration(from.valid-c.start).Round(time.Millisecond))
@@ -532,15 +544,15 @@ func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
 		if (f.key != key && f.slot >= 0) || f.start > to || f.end < from {
 			continue
 		}
-		k := faultRec{kind: f.kind, slot: f.slot, node: f.node}
+		k := faultRec{kind: f.kind, slot: f.slot, node: f.node, what: f.what}
 		if r := runs[k]; r != nil && f.start-r.last < int64(500*time.Millisecond) {
 			r.n++
 			r.last = f.start
-			ls[r.line].s = fmt.Sprintf("%s: fault: %s, slot %d node %d (%d commands, the last at %s)", x.since(ls[r.line].at).Round(time.Microsecond), f.kind, f.slot, f.node, r.n, x.since(f.start))
+			ls[r.line].s = fmt.Sprintf("%s: fault: %s, slot %d node %d, %s (%d commands, the last at %s)", x.since(ls[r.line].at).Round(time.Microsecond), f.kind, f.slot, f.node, f.what, r.n, x.since(f.start))
 			continue
 		}
 		runs[k] = &run{line: len(ls), n: 1, last: f.start}
-		add(f.start, "fault: %s, slot %d node %d, until %s", f.kind, f.slot, f.node, x.since(f.end))
+		add(f.start, "fault: %s, slot %d node %d, %s, until %s", f.kind, f.slot, f.node, f.what, x.since(f.end))
 	}
 	for _, c := range x.limits {
 		if key == kSem && c.start <= to && c.end >= from {

@@ -65,6 +65,9 @@ type hold struct {
 	free  int64  // from when its key is free of it (a confirmed release's return)
 	lostQ bool   // Lost closed with no quorum known to hold it (ValidUntil zero)
 	lost  int64  // when its holder saw Lost closed
+	// detachWon: it was detached while its Locker closed, and Detach came
+	// first (see opRace).
+	detachWon bool
 }
 
 // gEnd is the end of the hold's guaranteed ownership.

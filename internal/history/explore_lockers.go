@@ -237,7 +237,7 @@ func (x *exploreRun) serverFault(rnd *rand.Rand) {
 		time.Sleep(time.Duration(100+rnd.IntN(700)) * time.Millisecond)
 		_ = srv.Thaw()
 	}
-	x.fault(faultRec{kind: kind, slot: -1, node: node, start: start, end: now()})
+	x.fault(faultRec{kind: kind, slot: -1, node: node, start: start, end: now()}, true)
 }
 
 // sleep sleeps d, or until the run stops.
@@ -261,7 +261,7 @@ func (x *exploreRun) proxyFault(rnd *rand.Rand, s, n int) {
 	} else {
 		p.Reset()
 	}
-	x.fault(faultRec{kind: kind, slot: s, node: n, start: start, end: now()})
+	x.fault(faultRec{kind: kind, slot: s, node: n, start: start, end: now()}, true)
 }
 
 // sweep delivers the copies held back for more than 2s (no later command

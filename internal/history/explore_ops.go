@@ -62,7 +62,7 @@ func (x *exploreRun) pick(rnd *rand.Rand, not int) (int, *dlock.Locker, int) {
 
 // ttlOf draws a lock's TTL.
 func ttlOf(rnd *rand.Rand) time.Duration {
-	return []time.Duration{300 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 5 * time.Second}[rnd.IntN(5)]
+	return []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second}[rnd.IntN(5)]
 }
 
 // ms is n to m ms, drawn.
@@ -482,8 +482,11 @@ func (x *exploreRun) opClose(rnd *rand.Rand) {
 	x.closeSlot(x.slots[rnd.IntN(slots)], true)
 }
 
-// opRace takes a hold, then Detaches it while its Locker closes, and
-// adopts it in another slot's Locker.
+// opRace takes a hold with Do, then, in Do's function, Detaches it while
+// its Locker closes, and adopts it in another slot's Locker. The cause of
+// the end of Do's context tells which came first: "detached" (Detach; the
+// hold was handed over alive: Adopt must take it) or ErrClosed (Close;
+// the Handoff names a hold that was given back).
 func (x *exploreRun) opRace(rnd *rand.Rand) {
 	s, l, gen := x.pick(rnd, -1)
 	if l == nil {
@@ -496,10 +499,31 @@ func (x *exploreRun) opRace(rnd *rand.Rand) {
 	case 1:
 		key, sh = kRW, shape{shared: true}
 	}
-	g := x.acquire(rnd, s, l, gen, key, sh, ttlOf(rnd), false)
-	if g == nil {
-		return
+	ttl := ttlOf(rnd)
+	ctx, cancel := context.WithTimeout(context.Background(), ms(rnd, 500, 3000))
+	defer cancel()
+	start := now()
+	var g2 *holding
+	_ = l.Do(ctx, key, func(dctx context.Context) error {
+		k, _ := dlock.LockFromContext(dctx)
+		g := x.newHolding("Do", k, sh, ttl, s, gen, l, start, now())
+		h := x.race(rnd, g)
+		g.h.mu.Lock()
+		cause := context.Cause(dctx)
+		g.h.detachWon = isErr(cause, dlock.ErrLockLost) && !isErr(cause, dlock.ErrClosed)
+		g.h.mu.Unlock()
+		if s2, l2, gen2 := x.pick(rnd, s); l2 != nil {
+			g2 = x.adopt(rnd, s2, l2, gen2, h, sh, g.h, "adopt live")
+		}
+		return nil
+	}, sh.opts(ttl)...)
+	if g2 != nil {
+		x.hold(g2, rnd, 1)
 	}
+}
+
+// race detaches g's lock while its Locker closes (and is made again).
+func (x *exploreRun) race(rnd *rand.Rand, g *holding) dlock.Handoff {
 	var h dlock.Handoff
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -516,15 +540,9 @@ func (x *exploreRun) opRace(rnd *rand.Rand) {
 	go func() {
 		defer wg.Done()
 		<-start
-		x.closeSlot(x.slots[s], true)
+		x.closeSlot(x.slots[g.h.slot], true)
 	}()
 	close(start)
 	wg.Wait()
-	s2, l2, gen2 := x.pick(rnd, s)
-	if l2 == nil {
-		return
-	}
-	if g2 := x.adopt(rnd, s2, l2, gen2, h, sh, g.h, "adopt raced"); g2 != nil {
-		x.hold(g2, rnd, 1)
-	}
+	return h
 }

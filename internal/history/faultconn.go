@@ -21,6 +21,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/node"
 	"github.com/dlock-dev/dlock/internal/quorum"
+	"github.com/dlock-dev/dlock/internal/script"
 )
 
 // The kinds of command-level faults, as the summary names them.
@@ -152,7 +153,7 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 		}
 		tr.answered.Add(1)
 	}
-	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), kind, bad, c.f.until(kind))
+	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), scriptOf(cmds), kind, bad, c.f.until(kind))
 	c.f.tick(c)
 	return rs
 }
@@ -423,4 +424,35 @@ func keyOf(args []any) string {
 		}
 	}
 	return k
+}
+
+// scriptNames name the library's scripts by their SHA1 and text.
+var scriptNames = func() map[any]string {
+	m := map[any]string{}
+	for name, s := range map[string]*script.Script{"acquire.lua": script.Acquire, "semaphore.lua": script.Semaphore,
+		"shared.lua": script.Shared, "release.lua": script.Release, "extend.lua": script.Extend, "raise.lua": script.Raise,
+		"lock.lua": script.Lock, "unlock.lua": script.Unlock, "renew.lua": script.Renew, "time.lua": script.Time,
+		"adopt.lua": script.Adopt, "asked.lua": script.Asked, "prefer.lua": script.Prefer, "setlimit.lua": script.SetLimit,
+		"proclaim.lua": script.Proclaim, "elected.lua": script.Elected, "keepterms.lua": script.KeepTerms} {
+		m[s.SHA()], m[s.Source()] = name, name
+	}
+	return m
+}()
+
+// scriptOf names the command of cmds (its script), with the number of
+// the others of a pipeline.
+func scriptOf(cmds [][]any) string {
+	args := cmds[0]
+	name, _ := args[0].(string)
+	if len(args) > 1 {
+		if n, ok := scriptNames[args[1]]; ok {
+			name = n
+		} else if s, ok := args[1].(string); ok && scriptNames[s] != "" {
+			name = scriptNames[s]
+		}
+	}
+	if len(cmds) > 1 {
+		name = fmt.Sprintf("%s and %d more", name, len(cmds)-1)
+	}
+	return name
 }
