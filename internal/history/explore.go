@@ -167,6 +167,9 @@ func (e Explore) runOne(t *testing.T, top Topology, seed uint64) {
 			}
 		}
 	}
+	if os.Getenv("DLOCK_EXPLORE_DEBUG") != "" {
+		t.Log(x.faultsByScript())
+	}
 	t.Log(res.Summary())
 	fmt.Println(res.Summary())
 	if path := os.Getenv("DLOCK_EXPLORE_LOG"); path != "" {
@@ -200,7 +203,7 @@ const (
 	semBigLimit = 20
 	semFirst    = 3 // kSem's limit at first
 	slots       = 4 // Locker slots (the changer's Locker is one more)
-	workers     = 10
+	workers     = 24
 	maxTTL      = 5 * time.Second
 )
 
@@ -281,7 +284,7 @@ func newRun(t *testing.T, e Explore, top Topology, seed uint64) *exploreRun {
 	for i := range x.inflight {
 		x.inflight[i].m = map[uint64]int64{}
 	}
-	rate := []float64{0.03, 0.06, 0.12}[seed%3]
+	rate := []float64{0.05, 0.1, 0.2}[seed%3]
 	if e.Family.ProxyFaults {
 		rate = 0
 	}
@@ -488,4 +491,22 @@ func (x *exploreRun) explore(d time.Duration) {
 	for _, s := range x.slots {
 		x.closeSlot(s, false)
 	}
+}
+
+// faultsByScript counts the command-level faults by kind and script.
+func (x *exploreRun) faultsByScript() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := map[string]int{}
+	for _, f := range x.injected {
+		if f.what != "" {
+			n[f.kind+" / "+f.what]++
+		}
+	}
+	var ks []string
+	for k, c := range n {
+		ks = append(ks, fmt.Sprintf("%5d %s", c, k))
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, "\n")
 }

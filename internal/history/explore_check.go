@@ -63,7 +63,6 @@ func (x *exploreRun) result(d time.Duration) Result {
 	for _, key := range []string{kLock, kLock2, kRW, kElect, kSem, kSemBig} {
 		x.checkFences(key)
 	}
-	x.checkTerms()
 	for _, c := range x.claims {
 		x.judge(c)
 	}
@@ -100,7 +99,9 @@ func (x *exploreRun) checkExclusion(key string) {
 	}
 	for j, b := range hs {
 		for _, a := range hs[:j] {
-			if a.gEnd() <= b.begin || (!a.shape.exclusive() && !b.shape.exclusive()) || b.from == a || a.from == b {
+			// (A hold returned when its guarantee was over already, by a
+			// Locker that was closing, held nothing.)
+			if a.gEnd() <= b.begin || b.gEnd() <= b.begin || (!a.shape.exclusive() && !b.shape.exclusive()) || b.from == a || a.from == b {
 				continue
 			}
 			x.report("exclusion", b.begin, key, []*hold{a, b}, "%s held (until %s) when %s began at %s",
@@ -124,7 +125,7 @@ func (x *exploreRun) checkPermits(key string) {
 	for i, s := range hs {
 		var live []*hold
 		for _, q := range hs[:i+1] {
-			if q.gEnd() > s.begin && q.begin <= s.begin {
+			if q.gEnd() > s.begin && q.begin <= s.begin && q.gEnd() > q.begin {
 				live = append(live, q)
 			}
 		}
@@ -156,7 +157,7 @@ func (x *exploreRun) checkFences(key string) {
 			continue
 		}
 		if h.from != nil {
-			if h.fence != h.from.fence && h.from.key == key {
+			if h.fence != h.from.fence && h.shape == h.from.shape {
 				x.report("fence", h.begin, key, []*hold{h.from, h}, "%s adopted %s with another fence", h, h.from)
 			}
 			continue
@@ -179,21 +180,6 @@ func (x *exploreRun) checkFences(key string) {
 		}
 		if most != nil && h.fence <= most.fence {
 			x.report("fence", h.begin, key, []*hold{most, h}, "%s, asked at %s, after %s had returned at %s", h, x.since(h.asked), most, x.since(most.begin))
-		}
-	}
-}
-
-// checkTerms: every term that Observe reported was issued by a Campaign.
-func (x *exploreRun) checkTerms() {
-	terms := map[uint64]bool{}
-	for _, h := range x.holds {
-		if h.key == kElect {
-			terms[h.fence] = true
-		}
-	}
-	for _, o := range x.observed {
-		if !terms[o.term] {
-			x.report("terms", o.at, kElect, nil, "Observe reported term %d, which no Campaign returned", o.term)
 		}
 	}
 }
@@ -570,12 +556,18 @@ func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
 		}
 	}
 	sort.Slice(ls, func(i, j int) bool { return ls[i].at < ls[j].at })
-	out := make([]string, 0, len(ls))
+	var out []string
+	for _, h := range involved {
+		if h != nil {
+			out = append(out, fmt.Sprintf("involved: %s, asked at %s, granted at %s, guaranteed until %s, %s at %s", h, x.since(h.asked), x.since(h.begin), x.since(h.gEnd()), h.how, x.since(h.end)))
+		}
+	}
+	if len(ls) > 50 {
+		out = append(out, fmt.Sprintf("(%d lines before)", len(ls)-50))
+		ls = ls[len(ls)-50:]
+	}
 	for _, l := range ls {
 		out = append(out, l.s)
-	}
-	if len(out) > 50 {
-		out = append(out[len(out)-50:], fmt.Sprintf("(and %d lines before)", len(out)-50))
 	}
 	return out
 }

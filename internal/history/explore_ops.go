@@ -73,7 +73,7 @@ func ms(rnd *rand.Rand, n, m int) time.Duration {
 // acquire takes key in shape sh with Acquire (waiting up to 0.5 to 4s) or
 // TryAcquire, records the call, and returns the hold or nil.
 func (x *exploreRun) acquire(rnd *rand.Rand, s int, l *dlock.Locker, gen int, key string, sh shape, ttl time.Duration, try bool) *holding {
-	ctx, cancel := context.WithTimeout(context.Background(), ms(rnd, 500, 4000))
+	ctx, cancel := context.WithTimeout(context.Background(), ms(rnd, 200, 2000))
 	defer cancel()
 	c := &claim{kind: "acquire", op: "Acquire", key: key, shape: sh, slot: s, gen: gen, start: now(), limit: sh.limit}
 	var k *dlock.Lock
@@ -100,16 +100,16 @@ func (x *exploreRun) acquire(rnd *rand.Rand, s int, l *dlock.Locker, gen int, ke
 func (x *exploreRun) body(g *holding, rnd *rand.Rand) bool {
 	ttl := g.h.ttl
 	for i := rnd.IntN(5); i > 0; i-- {
-		switch rnd.IntN(5) {
+		switch rnd.IntN(6) {
 		case 0, 1:
-			if !g.wait(ms(rnd, 0, int(ttl.Milliseconds()/2)), true) {
+			if !g.wait(ms(rnd, 0, int(ttl.Milliseconds()/4)), true) {
 				return false
 			}
 		case 2:
 			g.extend(shorter(rnd, ttl))
 		case 3:
 			g.extend(longer(rnd, ttl))
-		case 4:
+		default:
 			g.extend(shorter(rnd, ttl))
 			g.extend(longer(rnd, ttl))
 		}
