@@ -209,22 +209,24 @@ const (
 
 // exploreRun is one topology's run.
 type exploreRun struct {
-	t        *testing.T
-	e        Explore
-	top      Topology
-	seed     uint64
-	began    time.Time
-	servers  []*dlocktest.Server
-	cluster  *dlocktest.Cluster
-	addrs    []string
-	slots    []*slot
-	faults   [][]*nodeFaults // [slot][node]
-	stop     chan struct{}
-	ops      atomic.Int64
-	storm    atomic.Bool // the faults that a caller sees are drawn (see faultLoop)
-	sab      *sabotage
-	changer  *changer
-	inflight []inflight // by slot
+	t          *testing.T
+	e          Explore
+	top        Topology
+	seed       uint64
+	began      time.Time
+	servers    []*dlocktest.Server
+	cluster    *dlocktest.Cluster
+	addrs      []string
+	slots      []*slot
+	faults     [][]*nodeFaults // [slot][node]
+	stop       chan struct{}
+	ops        atomic.Int64
+	storm      atomic.Bool // the faults that a caller sees are drawn (see faultLoop)
+	mon        monitors    // what the servers ran ($DLOCK_EXPLORE_MONITOR=1)
+	monitoring bool
+	sab        *sabotage
+	changer    *changer
+	inflight   []inflight // by slot
 
 	mu       sync.Mutex
 	nextID   int
@@ -460,6 +462,10 @@ func (x *exploreRun) stopped() bool {
 // closes the Lockers and delivers the copies still held back.
 func (x *exploreRun) explore(d time.Duration) {
 	x.began = time.Now()
+	if os.Getenv("DLOCK_EXPLORE_MONITOR") == "1" && !x.top.Cluster {
+		x.monitoring = true
+		x.startMonitors()
+	}
 	var wg sync.WaitGroup
 	goRun := func(f func()) {
 		wg.Add(1)

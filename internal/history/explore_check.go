@@ -32,11 +32,15 @@ type observedTerm struct {
 func (x *exploreRun) result(d time.Duration) Result {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	// A ForceRelease ends the guarantee of every hold of its key that it
+	// may have met: from its call's start, or from the grant of a hold
+	// granted while it ran.
 	for _, f := range x.forces {
 		for _, h := range x.holds {
-			if h.key == f.key && h.begin <= f.start && h.gEnd() > f.start {
+			if h.key == f.key && h.begin <= f.end && h.gEnd() > f.start {
+				at := max(h.begin, f.start)
 				h.mu.Lock()
-				h.end = min(nonZero(h.end, f.start), f.start)
+				h.end = min(nonZero(h.end, at), at)
 				h.mu.Unlock()
 			}
 		}
@@ -232,7 +236,10 @@ func (x *exploreRun) checkLosses() {
 		if h.lost == 0 || !h.lostQ {
 			continue
 		}
-		if x.excused(h.key, h.slot, h.gen, h.begin, h.lost) || x.slotTroubled(h.slot, "", h.begin, h.lost) || x.byOtherShape(h) || x.raced(h) {
+		// (A node that missed the renewals for a TTL lets the key expire,
+		// and then says it no longer holds it.)
+		recent := h.lost - int64(h.ttl) - int64(time.Second)
+		if x.excused(h.key, h.slot, h.gen, h.begin, h.lost) || x.slotTroubled(h.slot, h.key, recent, h.lost) || x.byOtherShape(h) || x.raced(h) {
 			continue
 		}
 		x.report("truth", h.lost, h.key, []*hold{h}, "%s lost at %s (no quorum holds it) with no fault, Close or ForceRelease to end it", h, x.since(h.lost))
@@ -487,6 +494,16 @@ func (x *exploreRun) checkWaiters(key string) {
 	}
 }
 
+// containsAny reports whether s contains one of subs.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if sub != "" && strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
 // holds are the holds a call was about, and returned.
 func (c *claim) holds() []*hold {
 	var hs []*hold
@@ -551,10 +568,32 @@ func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
 		}
 	}
 	for _, c := range x.claims {
-		if c.key == key && c.err != nil && c.end <= to && c.end >= from {
+		if c.key == key && c.err != nil && !isErr(c.err, dlock.ErrClosed) && c.end <= to && c.end >= from {
 			add(c.end, "%s %q (%s) on slot %d, called at %s, returned: %v", c.op, c.key, c.shape, c.slot, x.since(c.start), c.err)
 		}
 	}
+	// What the servers ran: the writes of the key itself (not of its
+	// counter, waiters or tombstones), and the scripts of the tokens of the
+	// holds involved; what the slots sent, of those tokens.
+	var tokens []string
+	for _, h := range involved {
+		if h != nil {
+			tokens = append(tokens, h.token)
+		}
+	}
+	self := `"dlock:{` + key + `}"`
+	for _, m := range x.ran(key, from, to) {
+		if strings.Contains(m.text, "[0 lua]") && strings.Contains(m.text, self) && !strings.Contains(m.text, `"NX"`) || containsAny(m.text, tokens) {
+			add(m.at, "node %d ran %s", m.node, m.text)
+		}
+	}
+	x.mon.mu.Lock()
+	for _, m := range x.mon.sent {
+		if m.key == key && m.at >= from && m.at <= to && containsAny(m.text, tokens) {
+			add(m.at, "slot %d sent node %d %s", m.slot, m.node, m.text)
+		}
+	}
+	x.mon.mu.Unlock()
 	sort.Slice(ls, func(i, j int) bool { return ls[i].at < ls[j].at })
 	var out []string
 	for _, h := range involved {
@@ -562,9 +601,9 @@ func (x *exploreRun) historyOf(key string, t int64, involved []*hold) []string {
 			out = append(out, fmt.Sprintf("involved: %s, asked at %s, granted at %s, guaranteed until %s, %s at %s", h, x.since(h.asked), x.since(h.begin), x.since(h.gEnd()), h.how, x.since(h.end)))
 		}
 	}
-	if len(ls) > 50 {
-		out = append(out, fmt.Sprintf("(%d lines before)", len(ls)-50))
-		ls = ls[len(ls)-50:]
+	if len(ls) > 250 {
+		out = append(out, fmt.Sprintf("(%d lines before)", len(ls)-250))
+		ls = ls[len(ls)-250:]
 	}
 	for _, l := range ls {
 		out = append(out, l.s)

@@ -104,7 +104,7 @@ func (h *hold) root() *hold {
 }
 
 func (h *hold) String() string {
-	return fmt.Sprintf("#%d %s %q (%s, fence %d, slot %d/%d, ttl %s)", h.id, h.op, h.key, h.shape, h.fence, h.slot, h.gen, h.ttl)
+	return fmt.Sprintf("#%d %s %q (%s, token %.8s, fence %d, slot %d/%d, ttl %s)", h.id, h.op, h.key, h.shape, h.token, h.fence, h.slot, h.gen, h.ttl.Round(time.Millisecond))
 }
 
 // claim is a call's result that the checks judge once the run is over.

@@ -140,6 +140,7 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 		tr.sent.Add(1)
 	}
 	id, start := run.sent(c.f.slot)
+	run.noteSent(c.f.slot, c.f.node, cmds, kind)
 	rs := c.inject(ctx, kind, cmds, multi)
 	bad := false
 	for _, r := range rs {
