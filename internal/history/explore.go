@@ -169,6 +169,12 @@ func (e Explore) runOne(t *testing.T, top Topology, seed uint64) {
 	}
 	if os.Getenv("DLOCK_EXPLORE_DEBUG") != "" {
 		t.Log(x.faultsByScript())
+		t.Logf("shortening Extends with a copy held back: %d", x.lateShort.Load())
+		for _, h := range x.holds {
+			if h.lateShort != 0 {
+				t.Logf("late short: %s at %s, ended %s at %s, lost at %s (quorum %v), valid %s", h, x.since(h.lateShort), h.how, x.since(h.end), x.since(h.lost), h.lostQ, x.since(h.valid))
+			}
+		}
 	}
 	t.Log(res.Summary())
 	fmt.Println(res.Summary())
@@ -221,8 +227,9 @@ type exploreRun struct {
 	faults     [][]*nodeFaults // [slot][node]
 	stop       chan struct{}
 	ops        atomic.Int64
-	storm      atomic.Bool // the faults that a caller sees are drawn (see faultLoop)
-	mon        monitors    // what the servers ran ($DLOCK_EXPLORE_MONITOR=1)
+	lateShort  atomic.Int64 // shortening Extends whose copy was held back (debug)
+	storm      atomic.Bool  // the faults that a caller sees are drawn (see faultLoop)
+	mon        monitors     // what the servers ran ($DLOCK_EXPLORE_MONITOR=1)
 	monitoring bool
 	sab        *sabotage
 	changer    *changer

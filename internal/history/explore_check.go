@@ -37,7 +37,7 @@ func (x *exploreRun) result(d time.Duration) Result {
 	// granted while it ran.
 	for _, f := range x.forces {
 		for _, h := range x.holds {
-			if h.key == f.key && h.begin <= f.end && h.gEnd() > f.start {
+			if h.key == f.key && h.asked <= f.end && h.gEnd() > f.start {
 				at := max(h.begin, f.start)
 				h.mu.Lock()
 				h.end = min(nonZero(h.end, at), at)

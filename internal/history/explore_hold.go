@@ -68,6 +68,7 @@ type hold struct {
 	// detachWon: it was detached while its Locker closed, and Detach came
 	// first (see opRace).
 	detachWon bool
+	lateShort int64 // debug: when a shortening Extend had a copy held back
 }
 
 // gEnd is the end of the hold's guaranteed ownership.
@@ -211,6 +212,7 @@ func (g *holding) before(kind, op string) *claim {
 type callTrace struct {
 	sent, answered atomic.Int32
 	bad            atomic.Bool
+	late           atomic.Bool // a copy of one of its commands was held back
 }
 
 type traceKey struct{}
@@ -284,6 +286,12 @@ func (g *holding) extend(ttl time.Duration) {
 	err := g.k.Extend(c.ctx(ctx), ttl)
 	cancel()
 	g.x.after(c, err)
+	if ttl < g.h.ttl && c.tr.late.Load() {
+		g.x.lateShort.Add(1)
+		g.h.mu.Lock()
+		g.h.lateShort = c.start
+		g.h.mu.Unlock()
+	}
 	if err == nil {
 		g.h.mu.Lock()
 		g.h.ttl = max(g.h.ttl, ttl)

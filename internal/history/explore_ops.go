@@ -108,10 +108,20 @@ func (x *exploreRun) body(g *holding, rnd *rand.Rand) bool {
 		case 2:
 			g.extend(shorter(rnd, ttl))
 		case 3:
-			g.extend(longer(rnd, ttl))
+			// More time for the work: a longer TTL, then the work.
+			long := longer(rnd, ttl)
+			g.extend(long)
+			if !g.wait(ms(rnd, int(long.Milliseconds()/2), int(long.Milliseconds())), true) {
+				return false
+			}
 		default:
+			// Less, then more after all.
 			g.extend(shorter(rnd, ttl))
-			g.extend(longer(rnd, ttl))
+			long := longer(rnd, ttl)
+			g.extend(long)
+			if !g.wait(ms(rnd, int(long.Milliseconds()/2), int(long.Milliseconds())), true) {
+				return false
+			}
 		}
 		if g.lostNow() {
 			return false

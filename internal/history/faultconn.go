@@ -152,6 +152,9 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 		if bad {
 			tr.bad.Store(true)
 		}
+		if kind == fLate || kind == fResetLate {
+			tr.late.Store(true)
+		}
 		tr.answered.Add(1)
 	}
 	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), scriptOf(cmds), kind, bad, c.f.until(kind))

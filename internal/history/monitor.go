@@ -31,7 +31,7 @@ type monitors struct {
 }
 
 // monitorWrites are the commands kept (scripts', and their writes).
-var monitorWrites = []string{`"SET"`, `"DEL"`, `"PEXPIRE"`, `"PEXPIREAT"`, `"ZADD"`, `"ZREM"`, `"ZREMRANGEBYSCORE"`, `"evalsha"`, `"eval"`}
+var monitorWrites = []string{`"HSET"`, `"SET"`, `"DEL"`, `"PEXPIRE"`, `"PEXPIREAT"`, `"ZADD"`, `"ZREM"`, `"ZREMRANGEBYSCORE"`, `"evalsha"`, `"eval"`}
 
 // startMonitors reads each server's MONITOR until the run stops.
 func (x *exploreRun) startMonitors() {
