@@ -203,6 +203,7 @@ const (
 	kSem    = "sem" // a semaphore whose limit changes (SetLimit)
 	kSemBig = "big" // a semaphore of semBigLimit, taken by bursts of TryAcquire
 	kElect  = "el"  // an election
+	kQuiet  = "q"   // a lock that one operation at a time uses (see opQuiet)
 )
 
 const (
@@ -247,6 +248,7 @@ type exploreRun struct {
 	cmdBad   []cmdRec   // commands whose caller saw an error or no answer
 	kinds    map[string]int
 	observed []observedTerm
+	quiet    sync.Mutex // see opQuiet
 	viol     []Violation
 }
 
@@ -273,9 +275,9 @@ type faultRec struct {
 
 // cmdRec is a command whose caller saw an error or no answer.
 type cmdRec struct {
-	slot, node int
-	key, kind  string
-	start, end int64
+	slot, node      int
+	key, kind, what string
+	start, end      int64
 }
 
 // inflight are the commands of one slot under way: id → start.
@@ -402,7 +404,7 @@ func (x *exploreRun) answered(s, n int, id uint64, start int64, key, what, kind 
 	}
 	if bad {
 		x.mu.Lock()
-		x.cmdBad = append(x.cmdBad, cmdRec{slot: s, node: n, key: key, kind: kind, start: start, end: end})
+		x.cmdBad = append(x.cmdBad, cmdRec{slot: s, node: n, key: key, kind: kind, what: what, start: start, end: end})
 		x.mu.Unlock()
 	}
 }

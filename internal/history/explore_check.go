@@ -59,19 +59,20 @@ func (x *exploreRun) result(d time.Duration) Result {
 	}
 	sort.Slice(x.holds, func(i, j int) bool { return x.holds[i].begin < x.holds[j].begin })
 	sort.Slice(x.limits, func(i, j int) bool { return x.limits[i].start < x.limits[j].start })
-	for _, key := range []string{kLock, kLock2, kRW, kElect} {
+	for _, key := range []string{kLock, kLock2, kRW, kElect, kQuiet} {
 		x.checkExclusion(key)
 	}
 	x.checkPermits(kSem)
 	x.checkPermits(kSemBig)
-	for _, key := range []string{kLock, kLock2, kRW, kElect, kSem, kSemBig} {
+	for _, key := range []string{kLock, kLock2, kRW, kElect, kSem, kSemBig, kQuiet} {
 		x.checkFences(key)
 	}
 	for _, c := range x.claims {
 		x.judge(c)
 	}
 	x.checkLosses()
-	for _, key := range []string{kLock, kLock2} {
+	x.checkDeadTokens()
+	for _, key := range []string{kLock, kLock2, kQuiet} {
 		x.checkWaiters(key)
 	}
 	sort.Slice(x.viol, func(i, j int) bool { return x.viol[i].At < x.viol[j].At })
@@ -229,6 +230,30 @@ func (x *exploreRun) slotTroubled(slot int, key string, from, to int64) bool {
 	return x.globalDuring(from, to)
 }
 
+// takes reports a script that may set a key (an acquisition's, an
+// Adopt's): one that failed or went unanswered may leave the key held
+// until its clean-up. (A failed release or renewal leaves what its hold
+// held: see hold.freeAt.)
+func takes(what string) bool {
+	for _, s := range []string{"lock.lua", "acquire.lua", "semaphore.lua", "shared.lua", "adopt.lua"} {
+		if strings.HasPrefix(what, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// takesTroubled reports whether a command that may set key failed or went
+// unanswered in [from, to], or a server fault hit it.
+func (x *exploreRun) takesTroubled(key string, from, to int64) bool {
+	for _, c := range x.cmdBad {
+		if c.key == key && takes(c.what) && c.start <= to && c.end+int64(time.Second) >= from {
+			return true
+		}
+	}
+	return x.globalDuring(from, to)
+}
+
 // checkLosses: a hold is not lost with a quorum saying it is no longer
 // its holder's (ValidUntil zero) unless something could end it.
 func (x *exploreRun) checkLosses() {
@@ -331,7 +356,7 @@ func (x *exploreRun) falseMisconfigured(c *claim) bool {
 		}
 		n2, since2, ok2 := x.settled(c.end)
 		return ok2 && n2 == n && since2 == since
-	case kLock, kLock2, kRW, kElect, kSemBig:
+	case kLock, kLock2, kRW, kElect, kSemBig, kQuiet:
 		return !strings.HasPrefix(c.kind, "adopt")
 	}
 	return false
@@ -419,7 +444,7 @@ func (x *exploreRun) judgeFree(c *claim) {
 			return
 		}
 	}
-	if busy < limit && !x.slotTroubled(-1, c.key, c.start-int64(time.Second), c.end) {
+	if busy < limit && !x.takesTroubled(c.key, c.start-int64(time.Second), c.end) {
 		x.report("liveness", c.end, c.key, nil, "TryAcquire %q (%s) on slot %d refused with %d holders or leftovers of %d: %v", c.key, c.shape, c.slot, busy, limit, c.err)
 	}
 }
@@ -460,7 +485,7 @@ func (x *exploreRun) checkWaiters(key string) {
 		}
 	}
 	for _, c := range x.cmdBad {
-		if c.key == key || c.key == "" {
+		if c.key == key && takes(c.what) {
 			busy = append(busy, iv{c.start, c.end + int64(time.Second)})
 		}
 	}

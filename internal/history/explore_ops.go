@@ -29,6 +29,7 @@ var exploreOps = []struct {
 	{"force", 1, (*exploreRun).opForce},
 	{"race", 4, (*exploreRun).opRace},
 	{"close", 1, (*exploreRun).opClose},
+	{"quiet", 6, (*exploreRun).opQuiet},
 }
 
 // worker draws operations until the run stops.
@@ -555,4 +556,32 @@ func (x *exploreRun) race(rnd *rand.Rand, g *holding) dlock.Handoff {
 	close(start)
 	wg.Wait()
 	return h
+}
+
+// opQuiet uses kQuiet, a key that only one operation uses at a time (the
+// others skip it): it takes it, releases it, and a moment later takes it
+// again, TryAcquire or Acquire, from another slot: on a quiet key nothing
+// but a dead token can refuse that.
+func (x *exploreRun) opQuiet(rnd *rand.Rand) {
+	if !x.quiet.TryLock() {
+		return
+	}
+	defer x.quiet.Unlock()
+	s, l, gen := x.pick(rnd, -1)
+	if l == nil {
+		return
+	}
+	ttl := []time.Duration{time.Second, 3 * time.Second, 5 * time.Second}[rnd.IntN(3)]
+	if g := x.acquire(rnd, s, l, gen, kQuiet, shape{}, ttl, rnd.IntN(2) == 0); g != nil {
+		g.wait(ms(rnd, 0, 20), false)
+		g.release()
+	}
+	x.sleep(ms(rnd, 50, 700))
+	s, l, gen = x.pick(rnd, s)
+	if l == nil {
+		return
+	}
+	if g := x.acquire(rnd, s, l, gen, kQuiet, shape{}, ttl, rnd.IntN(2) == 0); g != nil {
+		g.release()
+	}
 }

@@ -180,3 +180,37 @@ func callers() string {
 	}
 	return strings.Join(names, " < ")
 }
+
+// checkDeadTokens (with MONITOR): no server sets a key to a token after
+// its hold was released (Release returned nil): a dead token would hold
+// the key. The servers' own record, not the library's.
+func (x *exploreRun) checkDeadTokens() {
+	if !x.monitoring {
+		return
+	}
+	freed := map[string]*hold{}
+	for _, h := range x.holds {
+		if h.free != 0 {
+			freed[h.token] = h
+		}
+	}
+	x.mon.mu.Lock()
+	lines := x.mon.lines
+	x.mon.mu.Unlock()
+	seen := map[string]bool{}
+	for _, l := range lines {
+		i := strings.Index(l.text, `[0 lua] "SET" "dlock:{`)
+		if i < 0 || strings.Contains(l.text, `"NX"`) {
+			continue
+		}
+		f := strings.Fields(l.text[i:])
+		if len(f) < 5 {
+			continue
+		}
+		tok := strings.Trim(f[4], `"`)
+		if h := freed[tok]; h != nil && l.at > h.free && !seen[tok] {
+			seen[tok] = true
+			x.report("dead token", l.at, h.key, []*hold{h}, "node %d set %q to the token of %s %s after its Release returned nil", l.node, h.key, h, time.Duration(l.at-h.free).Round(time.Millisecond))
+		}
+	}
+}
