@@ -117,8 +117,21 @@ func (r Result) Summary() string {
 		n += c
 	}
 	sort.Strings(ks)
-	return fmt.Sprintf("explore %s, %s, seed %d, %s: operations %d, faults %d (%s), violations %d",
-		r.Family, r.Topology, r.Seed, r.Duration, r.Operations, n, strings.Join(ks, ", "), len(r.Violations))
+	by := map[string]int{}
+	for _, v := range r.Violations {
+		by[v.Check]++
+	}
+	var vs []string
+	for k, c := range by {
+		vs = append(vs, fmt.Sprintf("%s %d", k, c))
+	}
+	sort.Strings(vs)
+	v := fmt.Sprint(len(r.Violations))
+	if len(vs) > 0 {
+		v += " (" + strings.Join(vs, ", ") + ")"
+	}
+	return fmt.Sprintf("explore %s, %s, seed %d, %s: operations %d, faults %d (%s), violations %s",
+		r.Family, r.Topology, r.Seed, r.Duration, r.Operations, n, strings.Join(ks, ", "), v)
 }
 
 // Run runs the explorer on each topology, one subtest each, and prints its
@@ -170,6 +183,15 @@ func (e Explore) runOne(t *testing.T, top Topology, seed uint64) {
 	if os.Getenv("DLOCK_EXPLORE_DEBUG") != "" {
 		t.Log(x.faultsByScript())
 		t.Logf("shortening Extends with a copy held back: %d", x.lateShort.Load())
+		outcomes := map[string]int{}
+		for _, c := range x.claims {
+			k := c.kind + ": ok"
+			if c.err != nil {
+				k = c.kind + ": " + ErrClass(c.err)
+			}
+			outcomes[k]++
+		}
+		t.Logf("outcomes: %v", outcomes)
 		for _, h := range x.holds {
 			if h.lateShort != 0 {
 				t.Logf("late short: %s at %s, ended %s at %s, lost at %s (quorum %v), valid %s", h, x.since(h.lateShort), h.how, x.since(h.end), x.since(h.lost), h.lostQ, x.since(h.valid))

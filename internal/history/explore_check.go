@@ -267,7 +267,7 @@ func (x *exploreRun) checkLosses() {
 		if x.excused(h.key, h.slot, h.gen, h.begin, h.lost) || x.slotTroubled(h.slot, h.key, recent, h.lost) || x.byOtherShape(h) || x.raced(h) {
 			continue
 		}
-		x.report("truth", h.lost, h.key, []*hold{h}, "%s lost at %s (no quorum holds it) with no fault, Close or ForceRelease to end it", h, x.since(h.lost))
+		x.report("lost untrue", h.lost, h.key, []*hold{h}, "%s lost at %s (no quorum holds it) with no fault, Close or ForceRelease to end it", h, x.since(h.lost))
 	}
 }
 
@@ -286,10 +286,10 @@ func (x *exploreRun) byOtherShape(h *hold) bool {
 func (x *exploreRun) judge(c *claim) {
 	closed := x.closedIn(c.slot, c.gen, c.end)
 	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) {
-		x.report("truth", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
+		x.report("ErrUnavailable untrue", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
 	}
 	if isErr(c.err, dlock.ErrMisconfigured) && x.falseMisconfigured(c) {
-		x.report("truth", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrMisconfigured without a misconfiguration: %v", c.op, c.key, c.shape, c.slot, c.err)
+		x.report("ErrMisconfigured untrue", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrMisconfigured without a misconfiguration: %v", c.op, c.key, c.shape, c.slot, c.err)
 	}
 	switch c.kind {
 	case "release", "extend", "do", "proclaim":
@@ -298,11 +298,11 @@ func (x *exploreRun) judge(c *claim) {
 		x.judgeFree(c)
 	case "setlimit":
 		if isErr(c.err, dlock.ErrNotHeld) && x.anchored(c.start, c.end) {
-			x.report("truth", c.end, c.key, nil, "SetLimit(%d): ErrNotHeld while the anchor's permit was held", c.limit)
+			x.report("ErrNotHeld untrue", c.end, c.key, nil, "SetLimit(%d): ErrNotHeld while the anchor's permit was held", c.limit)
 		}
 	case "request":
 		if c.op == "RequestRelease" && isErr(c.err, dlock.ErrNotHeld) && x.heldThrough(c.key, c.start, c.end) {
-			x.report("truth", c.end, c.key, nil, "RequestRelease %q: ErrNotHeld while a holder held it throughout", c.key)
+			x.report("ErrNotHeld untrue", c.end, c.key, nil, "RequestRelease %q: ErrNotHeld while a holder held it throughout", c.key)
 		}
 	default:
 		x.judgeAdopt(c)
@@ -376,7 +376,7 @@ func (x *exploreRun) judgeHeld(c *claim) {
 	if x.excused(c.key, c.slot, c.gen, c.h.begin, c.end) || x.byOtherShape(c.h) || x.raced(c.h) {
 		return
 	}
-	x.report("truth", c.end, c.key, c.holds(), "%s of %s at %s, valid for %s more and not lost: %v", c.op, c.h, x.since(c.start),
+	x.report("ErrNotHeld untrue", c.end, c.key, c.holds(), "%s of %s at %s, valid for %s more and not lost: %v", c.op, c.h, x.since(c.start),
 		time.Duration(c.vu-c.start).Round(time.Millisecond), c.err)
 }
 
@@ -403,17 +403,17 @@ func (x *exploreRun) judgeAdopt(c *claim) {
 		}
 	case "adopt released":
 		if c.ok && from.free != 0 {
-			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s, released at %s, succeeded", from, x.since(from.free))
+			x.report("Adopt untrue", c.end, c.key, c.holds(), "Adopt of %s, released at %s, succeeded", from, x.since(from.free))
 		}
 	case "adopt expired":
 		if c.ok {
-			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s, detached at %s and expired, succeeded", from, x.since(from.end))
+			x.report("Adopt untrue", c.end, c.key, c.holds(), "Adopt of %s, detached at %s and expired, succeeded", from, x.since(from.end))
 		}
 	case "adopt live":
 		live := from.valid > c.start+int64(20*time.Millisecond)
 		if isErr(c.err, dlock.ErrNotHeld) && live && !x.excusedHold(from, from.begin, c.end) && !x.raced(from) &&
 			!x.slotTroubled(from.slot, c.key, from.begin, c.end) && !x.slotTroubled(c.slot, c.key, from.begin, c.end) {
-			x.report("truth", c.end, c.key, c.holds(), "Adopt of %s on slot %d: ErrNotHeld while its hold was live (valid %s more)", from, c.slot,
+			x.report("Adopt untrue", c.end, c.key, c.holds(), "Adopt of %s on slot %d: ErrNotHeld while its hold was live (valid %s more)", from, c.slot,
 				time.Duration(from.valid-c.start).Round(time.Millisecond))
 		}
 	}

@@ -143,7 +143,11 @@ func longer(rnd *rand.Rand, ttl time.Duration) time.Duration {
 // another slot's Locker, sometimes with another shape first); or a Release
 // or Detach and an Adopt of the token that was released or has expired.
 func (x *exploreRun) finish(g *holding, rnd *rand.Rand, depth int) {
-	switch p := rnd.IntN(100); {
+	p := rnd.IntN(100)
+	if !g.h.shape.exclusive() && p >= 60 && p < 76 {
+		p += 10 // permits and shared holds: more Adopts in another shape
+	}
+	switch {
 	case p < 60 || depth >= 2:
 		g.release()
 	case p < 76:

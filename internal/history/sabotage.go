@@ -26,37 +26,39 @@ type plant struct {
 	optional bool // the script may lack it (another script of the set has it)
 }
 
-// Sabotages are the defects the self-test plants, by name, with the check
-// that must report each.
+// Sabotages are the defects the self-test plants, by name, with the checks
+// of which one at least must report each.
 var Sabotages = map[string]struct {
-	Check  string
+	Checks []string
 	plants []plant
 }{
 	// Release deletes the key whatever it holds: a holder that lost its
 	// lock (or a late copy of its release) deletes the next holder's.
-	"release without the owner check": {"exclusion", []plant{
+	"release without the owner check": {[]string{"exclusion"}, []plant{
 		{s: script.Unlock, old: []string{"if redis.pcall('GET', KEYS[2]) ~= ARGV[1] then"}, new: "if redis.pcall('GET', KEYS[2]) == false then"},
 		{s: script.Release, old: []string{"elseif v ~= ARGV[1] then"}, new: "elseif not v then"},
 	}},
 	// A fence is the counter plus one, the server's clock aside: a counter
 	// lost (a server restarted empty) starts the fences again from 1.
-	"fence without the clock floor": {"fence", []plant{
+	"fence without the clock floor": {[]string{"fence"}, []plant{
 		{s: script.Lock, old: []string{"fence = t[1] .. string.format('%06d', tonumber(t[2]))"}, new: "fence = '1'"},
 		{s: script.Lock, old: []string{"elseif #c > #floor or (#c == #floor and c >= floor) then"}, new: "elseif true then"},
 		{s: script.Acquire, old: []string{"fence = t[1] .. string.format('%06d', tonumber(t[2]))"}, new: "fence = '1'"},
 		{s: script.Acquire, old: []string{"if c and (#c > #floor or (#c == #floor and c >= floor)) then"}, new: "if c then"},
 	}},
 	// A semaphore grants one permit over its limit.
-	"limit check off by one": {"limit", []plant{
+	"limit check off by one": {[]string{"limit"}, []plant{
 		{s: script.Semaphore, old: []string{"(resv and live <= limit) or live < limit)"}, new: "(resv and live <= limit + 1) or live < limit + 1)"},
 	}},
 	// Adopt takes a hold in any shape.
-	"Adopt without the shape check": {"shape", []plant{
+	"Adopt without the shape check": {[]string{"shape"}, []plant{
 		{s: script.Adopt, old: []string{"if live >= cap or (live > 0 and held and held ~= ARGV[5]) then"}, new: "if false then"},
 		{s: script.Adopt, old: []string{"if ty ~= 'zset' and ty ~= 'none' then"}, new: "if false then", optional: true},
 	}},
-	// Close releases the locks its Locker detached (planted by the harness).
-	"Close releases detached locks": {"exclusion", nil},
+	// Close releases the locks its Locker detached (planted by the harness):
+	// an Adopt after it fails, or the adopter loses its hold, or another
+	// takes the key beside it.
+	"Close releases detached locks": {[]string{"Adopt untrue", "exclusion", "lost untrue", "ErrNotHeld untrue"}, nil},
 }
 
 // sabotage is a run's planted defect: the sabotaged text of each script
