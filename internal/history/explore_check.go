@@ -433,14 +433,14 @@ func (x *exploreRun) judgeFree(c *claim) {
 		limit = semBigLimit
 	case kSem:
 		n, _, ok := x.settled(c.start)
-		if !ok || n != c.limit || x.waiting(c.key, c.start-int64(time.Second), c.end) {
+		if !ok || n != c.limit || x.contended(c) {
 			return
 		}
 		limit = n
 	case kRW, kElect:
 		return
 	default:
-		if x.waiting(c.key, c.start-int64(time.Second), c.end) {
+		if x.contended(c) {
 			return
 		}
 	}
@@ -462,11 +462,14 @@ func (x *exploreRun) busy(key string, from, to int64) int {
 	return n
 }
 
-// waiting reports whether an Acquire of key (which may hold a
-// reservation, or a place in the queue) was under way in [from, to].
-func (x *exploreRun) waiting(key string, from, to int64) bool {
-	for _, c := range x.claims {
-		if c.key == key && c.kind == "acquire" && c.op != "TryAcquire" && c.start <= to && c.end >= from {
+// contended reports whether another acquisition (or Adopt) of c's key was
+// under way from a second before c to its end: a waiter may hold a
+// reservation or a place in the queue, and on a Redlock two attempts can
+// each take a minority of the nodes for a moment (a split vote).
+func (x *exploreRun) contended(c *claim) bool {
+	for _, o := range x.claims {
+		if o != c && o.key == c.key && (o.kind == "acquire" || strings.HasPrefix(o.kind, "adopt")) &&
+			o.start <= c.end && o.end >= c.start-int64(time.Second) {
 			return true
 		}
 	}
