@@ -253,6 +253,7 @@ type exploreRun struct {
 	lateShort  atomic.Int64 // shortening Extends whose copy was held back (debug)
 	storm      atomic.Bool  // the faults that a caller sees are drawn (see faultLoop)
 	mon        monitors     // what the servers ran ($DLOCK_EXPLORE_MONITOR=1)
+	ix         *index       // the records indexed for the checks (result)
 	monitoring bool
 	sab        *sabotage
 	changer    *changer

@@ -32,33 +32,10 @@ type observedTerm struct {
 func (x *exploreRun) result(d time.Duration) Result {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	// A ForceRelease ends the guarantee of every hold of its key that it
-	// may have met: from its call's start, or from the grant of a hold
-	// granted while it ran.
-	for _, f := range x.forces {
-		for _, h := range x.holds {
-			if h.key == f.key && h.asked <= f.end && h.gEnd() > f.start {
-				at := max(h.begin, f.start)
-				h.mu.Lock()
-				h.end = min(nonZero(h.end, at), at)
-				h.mu.Unlock()
-			}
-		}
-	}
-	for _, c := range x.closes {
-		for _, h := range x.holds {
-			if h.slot == c.slot && h.gen == c.gen && h.gEnd() > c.start {
-				h.mu.Lock()
-				h.end = min(nonZero(h.end, c.start), c.start)
-				if c.ok && h.free == 0 {
-					h.free = c.end
-				}
-				h.mu.Unlock()
-			}
-		}
-	}
 	sort.Slice(x.holds, func(i, j int) bool { return x.holds[i].begin < x.holds[j].begin })
 	sort.Slice(x.limits, func(i, j int) bool { return x.limits[i].start < x.limits[j].start })
+	x.endHolds()
+	x.ix = x.build()
 	for _, key := range []string{kLock, kLock2, kRW, kElect, kQuiet} {
 		x.checkExclusion(key)
 	}
@@ -80,6 +57,45 @@ func (x *exploreRun) result(d time.Duration) Result {
 		Operations: int(x.ops.Load()), Faults: x.kinds, Violations: x.viol}
 }
 
+// endHolds ends the guarantee of the holds that a ForceRelease of their
+// key may have met (from its start, or from the grant of a hold granted
+// while it ran: AcquireAll's lock may have been granted long before it
+// returned), and of those of a Locker that closed (from the Close).
+func (x *exploreRun) endHolds() {
+	byKey := map[string][]*hold{}
+	var most int64
+	for _, h := range x.holds {
+		byKey[h.key] = append(byKey[h.key], h)
+		if !h.anchor {
+			most = max(most, h.gEnd()-h.asked)
+		}
+	}
+	for _, f := range x.forces {
+		hs := byKey[f.key]
+		i := sort.Search(len(hs), func(i int) bool { return hs[i].begin >= f.start-most })
+		for ; i < len(hs) && hs[i].begin <= f.end+int64(5*time.Second); i++ {
+			if h := hs[i]; h.asked <= f.end && h.gEnd() > f.start {
+				h.capEnd(max(h.begin, f.start), 0)
+			}
+		}
+	}
+	closes := map[[2]int]closeRec{}
+	for _, c := range x.closes {
+		if p, ok := closes[[2]int{c.slot, c.gen}]; !ok || c.start < p.start {
+			closes[[2]int{c.slot, c.gen}] = c
+		}
+	}
+	for _, h := range x.holds {
+		if c, ok := closes[[2]int{h.slot, h.gen}]; ok && h.gEnd() > c.start {
+			free := int64(0)
+			if c.ok {
+				free = c.end
+			}
+			h.capEnd(c.start, free)
+		}
+	}
+}
+
 func nonZero(v, or int64) int64 {
 	if v == 0 {
 		return or
@@ -89,24 +105,33 @@ func nonZero(v, or int64) int64 {
 
 // report records a violation found by a check, at t, on key, with the
 // history around it (see historyOf) of the holds involved.
+// (The first 10 of each check get a history: a long run of a library that
+// has a defect can report thousands.)
 func (x *exploreRun) report(check string, t int64, key string, involved []*hold, format string, args ...any) {
-	x.viol = append(x.viol, Violation{Check: check, At: x.since(t), Message: fmt.Sprintf(format, args...), History: x.historyOf(key, t, involved)})
+	v := Violation{Check: check, At: x.since(t), Message: fmt.Sprintf(format, args...)}
+	n := 0
+	for _, w := range x.viol {
+		if w.Check == check {
+			n++
+		}
+	}
+	if n < 10 {
+		v.History = x.historyOf(key, t, involved)
+	}
+	x.viol = append(x.viol, v)
 }
 
 // checkExclusion: no two holders of key at once, unless both hold it
 // shared.
 func (x *exploreRun) checkExclusion(key string) {
-	var hs []*hold
-	for _, h := range x.holds {
-		if h.key == key {
-			hs = append(hs, h)
-		}
-	}
+	hs := x.ix.holds[key]
 	for j, b := range hs {
-		for _, a := range hs[:j] {
-			// (A hold returned when its guarantee was over already, by a
-			// Locker that was closing, held nothing.)
-			if a.gEnd() <= b.begin || b.gEnd() <= b.begin || (!a.shape.exclusive() && !b.shape.exclusive()) || b.from == a || a.from == b {
+		if b.gEnd() <= b.begin {
+			continue // returned when its guarantee was over (a closing Locker's)
+		}
+		for i := j - 1; i >= 0 && hs[i].begin >= b.begin-x.ix.span; i-- {
+			a := hs[i]
+			if a.gEnd() <= b.begin || (!a.shape.exclusive() && !b.shape.exclusive()) || b.from == a || a.from == b {
 				continue
 			}
 			x.report("exclusion", b.begin, key, []*hold{a, b}, "%s held (until %s) when %s began at %s",
@@ -121,34 +146,42 @@ func (x *exploreRun) checkExclusion(key string) {
 // limit is settled, an acquisition that began after it is not granted
 // while the limit's worth of permits is held.
 func (x *exploreRun) checkPermits(key string) {
-	var hs []*hold
-	for _, h := range x.holds {
-		if h.key == key {
-			hs = append(hs, h)
-		}
-	}
-	for i, s := range hs {
+	var all []*hold
+	x.ix.holdsNear(key, 0, 1<<62, func(h *hold) { all = append(all, h) })
+	sort.Slice(all, func(i, j int) bool { return all[i].begin < all[j].begin })
+	for i, s := range all {
 		var live []*hold
-		for _, q := range hs[:i+1] {
-			if q.gEnd() > s.begin && q.begin <= s.begin && q.gEnd() > q.begin {
+		for j := i; j >= 0 && (all[j].begin >= s.begin-x.ix.span || all[j].anchor); j-- {
+			if q := all[j]; q.gEnd() > s.begin && q.gEnd() > q.begin {
 				live = append(live, q)
 			}
 		}
-		bound := semBigLimit
-		if key == kSem {
-			bound = 0
-			for _, q := range live {
-				r := q.root() // an adopted permit was counted when it was granted
-				bound = max(bound, x.limitsIn(r.asked, r.begin))
-			}
-			if n, since, ok := x.settled(s.begin); ok && s.from == nil && s.asked > since && len(live) > n {
-				bound = n
+		for j := i - 1; j >= 0 && all[j].begin < s.begin-x.ix.span; j-- {
+			if q := all[j]; q.anchor && q.gEnd() > s.begin {
+				live = append(live, q)
 			}
 		}
-		if len(live) > bound {
+		if bound := x.permitBound(key, s, live); len(live) > bound {
 			x.report("limit", s.begin, key, live, "%d holders of %q (bound %d) when %s began", len(live), key, bound, s)
 		}
 	}
+}
+
+// permitBound is the most holders of key there may be when s was granted
+// with live.
+func (x *exploreRun) permitBound(key string, s *hold, live []*hold) int {
+	if key != kSem {
+		return semBigLimit
+	}
+	bound := 0
+	for _, q := range live {
+		r := q.root() // an adopted permit was counted when it was granted
+		bound = max(bound, x.limitsIn(r.asked, r.begin))
+	}
+	if n, since, ok := x.settled(s.begin); ok && s.from == nil && s.asked > since && len(live) > n {
+		bound = n
+	}
+	return bound
 }
 
 // checkFences: no two holds of key get one fence (an Adopt keeps the
@@ -157,10 +190,10 @@ func (x *exploreRun) checkPermits(key string) {
 func (x *exploreRun) checkFences(key string) {
 	seen := map[uint64]*hold{}
 	var hs []*hold
-	for _, h := range x.holds {
-		if h.key != key {
-			continue
-		}
+	var all []*hold
+	x.ix.holdsNear(key, 0, 1<<62, func(h *hold) { all = append(all, h) })
+	sort.Slice(all, func(i, j int) bool { return all[i].begin < all[j].begin })
+	for _, h := range all {
 		if h.from != nil {
 			if h.fence != h.from.fence && h.shape == h.from.shape {
 				x.report("fence", h.begin, key, []*hold{h.from, h}, "%s adopted %s with another fence", h, h.from)
@@ -191,21 +224,9 @@ func (x *exploreRun) checkFences(key string) {
 
 // excused reports whether a hold of slot/gen on key may have ended without
 // its holder's doing in [from, to]: a ForceRelease of the key, its
-// Locker's Close, a server that lost its data.
+// Locker's Close (not for slot < 0), a server that lost its data.
 func (x *exploreRun) excused(key string, slot, gen int, from, to int64) bool {
-	for _, f := range x.forces {
-		if f.key == key && f.start <= to && f.end >= from {
-			return true
-		}
-	}
-	if slot >= 0 {
-		for _, c := range x.closes {
-			if c.slot == slot && c.gen == gen && c.start <= to {
-				return true
-			}
-		}
-	}
-	return x.dataLost(from, to)
+	return x.ix.forced(key, from, to) || slot >= 0 && x.ix.closedBy(slot, gen, to) || x.dataLost(from, to)
 }
 
 // excusedHold is excused for hold h, whose Locker's Close does not excuse
@@ -222,12 +243,13 @@ func (x *exploreRun) excusedHold(h *hold, from, to int64) bool {
 // when key is "", went unanswered (or failed) in [from, to], or a server
 // fault hit it.
 func (x *exploreRun) slotTroubled(slot int, key string, from, to int64) bool {
-	for _, c := range x.cmdBad {
-		if (slot < 0 || c.slot == slot) && (key == "" || c.key == key) && c.start <= to && c.end >= from {
-			return true
-		}
+	cs := x.ix.badKey[key]
+	if key == "" {
+		cs = x.ix.badSlot[slot]
 	}
-	return x.globalDuring(from, to)
+	return x.ix.badNear(cs, from, to, func(c cmdRec) bool {
+		return (slot < 0 || c.slot == slot) && c.end >= from
+	}) || x.globalDuring(from, to)
 }
 
 // takes reports a script that may set a key (an acquisition's, an
@@ -244,14 +266,12 @@ func takes(what string) bool {
 }
 
 // takesTroubled reports whether a command that may set key failed or went
-// unanswered in [from, to], or a server fault hit it.
+// unanswered in [from, to] (or its clean-up may not have run by then), or
+// a server fault hit it.
 func (x *exploreRun) takesTroubled(key string, from, to int64) bool {
-	for _, c := range x.cmdBad {
-		if c.key == key && takes(c.what) && c.start <= to && c.end+int64(time.Second) >= from {
-			return true
-		}
-	}
-	return x.globalDuring(from, to)
+	return x.ix.badNear(x.ix.badKey[key], from, to, func(c cmdRec) bool {
+		return takes(c.what) && c.end+int64(time.Second) >= from
+	}) || x.globalDuring(from, to)
 }
 
 // checkLosses: a hold is not lost with a quorum saying it is no longer
@@ -284,7 +304,7 @@ func (x *exploreRun) byOtherShape(h *hold) bool {
 
 // judge judges a call's result (see the kinds in explore_ops.go).
 func (x *exploreRun) judge(c *claim) {
-	closed := x.closedIn(c.slot, c.gen, c.end)
+	closed := x.ix.closedBy(c.slot, c.gen, c.end)
 	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) {
 		x.report("ErrUnavailable untrue", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
 	}
@@ -323,18 +343,7 @@ func (x *exploreRun) suspected(c *claim) bool {
 // Detach is known to have come first (see opRace).
 func (x *exploreRun) raced(h *hold) bool {
 	for q := h; q != nil; q = q.from {
-		if q.how == "detached" && !q.detachWon && x.closedIn(q.slot, q.gen, q.end+int64(time.Millisecond)) {
-			return true
-		}
-	}
-	return false
-}
-
-// closedIn reports whether slot's Locker of generation gen was closing by
-// t.
-func (x *exploreRun) closedIn(slot, gen int, t int64) bool {
-	for _, c := range x.closes {
-		if c.slot == slot && c.gen == gen && c.start <= t {
+		if q.how == "detached" && !q.detachWon && x.ix.closedBy(q.slot, q.gen, q.end+int64(time.Millisecond)) {
 			return true
 		}
 	}
@@ -383,12 +392,11 @@ func (x *exploreRun) judgeHeld(c *claim) {
 // heldThrough reports whether a hold of key was guaranteed through [from,
 // to].
 func (x *exploreRun) heldThrough(key string, from, to int64) bool {
-	for _, h := range x.holds {
-		if h.key == key && h.begin <= from && h.gEnd() >= to && !x.excused(key, h.slot, h.gen, h.begin, to) {
-			return true
-		}
-	}
-	return false
+	held := false
+	x.ix.holdsNear(key, from, to, func(h *hold) {
+		held = held || h.begin <= from && h.gEnd() >= to && !x.excused(key, h.slot, h.gen, h.begin, to)
+	})
+	return held
 }
 
 // judgeAdopt: an Adopt of a live hold succeeds, with its fence, unless a
@@ -450,15 +458,15 @@ func (x *exploreRun) judgeFree(c *claim) {
 }
 
 // busy counts the holds of key that may have held it at some time in
-// [from, to] (from a node timeout before their grant returned to when the
-// key is known free of them).
+// [from, to] (from a second before their grant returned to when the key
+// is known free of them).
 func (x *exploreRun) busy(key string, from, to int64) int {
 	n := 0
-	for _, h := range x.holds {
-		if h.key == key && h.begin-int64(time.Second) <= to && h.freeAt() >= from {
+	x.ix.holdsNear(key, from, to, func(h *hold) {
+		if h.begin-int64(time.Second) <= to && h.freeAt() >= from {
 			n++
 		}
-	}
+	})
 	return n
 }
 
@@ -467,59 +475,70 @@ func (x *exploreRun) busy(key string, from, to int64) int {
 // reservation or a place in the queue, and on a Redlock two attempts can
 // each take a minority of the nodes for a moment (a split vote).
 func (x *exploreRun) contended(c *claim) bool {
-	for _, o := range x.claims {
-		if o != c && o.key == c.key && (o.kind == "acquire" || strings.HasPrefix(o.kind, "adopt")) &&
-			o.start <= c.end && o.end >= c.start-int64(time.Second) {
-			return true
-		}
-	}
-	return false
+	found := false
+	x.ix.claimsNear(c.key, c.start-int64(time.Second), c.end, func(o *claim) {
+		found = found || o != c && (o.kind == "acquire" || strings.HasPrefix(o.kind, "adopt"))
+	})
+	return found
 }
 
 // checkWaiters: while an Acquire of a lock's key waits, the key is not
 // left free (no hold, no leftover of a command that failed) for longer
 // than waitBound.
 func (x *exploreRun) checkWaiters(key string) {
-	type iv struct{ a, b int64 }
-	var busy []iv
-	for _, h := range x.holds {
-		if h.key == key {
-			busy = append(busy, iv{h.begin - int64(time.Second), h.freeAt()})
-		}
-	}
-	for _, c := range x.cmdBad {
-		if c.key == key && takes(c.what) {
-			busy = append(busy, iv{c.start, c.end + int64(time.Second)})
-		}
-	}
-	for _, g := range x.global {
-		busy = append(busy, iv{g.start, g.end + int64(time.Second)})
-	}
-	for _, f := range x.forces {
-		busy = append(busy, iv{f.start, f.end})
-	}
-	sort.Slice(busy, func(i, j int) bool { return busy[i].a < busy[j].a })
-	for _, c := range x.claims {
-		if c.key != key || c.kind != "acquire" || c.op == "TryAcquire" || c.op == "AcquireAll" {
+	busy := x.busyOf(key)
+	for _, c := range x.ix.claims[key] {
+		if c.kind != "acquire" || c.op == "TryAcquire" || c.op == "AcquireAll" {
 			continue
 		}
 		at := c.start
-		for _, b := range busy {
-			if b.a > c.end {
-				break
-			}
-			if b.a-at > int64(waitBound) && at >= c.start {
+		k := sort.Search(len(busy), func(k int) bool { return busy[k].b >= c.start })
+		for ; k < len(busy) && busy[k].a <= c.end; k++ {
+			if busy[k].a-at > int64(waitBound) {
 				x.report("liveness", at, key, nil, "%q free from %s to %s while %s on slot %d waited (%s to %s)", key,
-					x.since(at), x.since(b.a), c.op, c.slot, x.since(c.start), x.since(c.end))
+					x.since(at), x.since(busy[k].a), c.op, c.slot, x.since(c.start), x.since(c.end))
 				return
 			}
-			at = max(at, b.b)
+			at = max(at, busy[k].b)
 		}
 		if c.end-at > int64(waitBound) && !errors.Is(c.err, dlock.ErrClosed) {
 			x.report("liveness", at, key, nil, "%q free from %s while %s on slot %d waited until %s: %v", key, x.since(at), c.op, c.slot, x.since(c.end), c.err)
 			return
 		}
 	}
+}
+
+// interval is [a, b], in Unix ns.
+type interval struct{ a, b int64 }
+
+// busyOf is when key may not have been free, as disjoint intervals in
+// order: its holds (from a second before their grant returned), the
+// commands that may set it and failed or went unanswered (a second more,
+// for their clean-up), the server faults, the ForceReleases.
+func (x *exploreRun) busyOf(key string) []interval {
+	var busy []interval
+	x.ix.holdsNear(key, 0, 1<<62, func(h *hold) { busy = append(busy, interval{h.begin - int64(time.Second), h.freeAt()}) })
+	for _, c := range x.ix.badKey[key] {
+		if takes(c.what) {
+			busy = append(busy, interval{c.start, c.end + int64(time.Second)})
+		}
+	}
+	for _, g := range x.global {
+		busy = append(busy, interval{g.start, g.end + int64(time.Second)})
+	}
+	for _, f := range x.ix.forces[key] {
+		busy = append(busy, interval{f.start, f.end})
+	}
+	sort.Slice(busy, func(i, j int) bool { return busy[i].a < busy[j].a })
+	var merged []interval
+	for _, b := range busy {
+		if n := len(merged); n > 0 && b.a <= merged[n-1].b {
+			merged[n-1].b = max(merged[n-1].b, b.b)
+			continue
+		}
+		merged = append(merged, b)
+	}
+	return merged
 }
 
 // containsAny reports whether s contains one of subs.

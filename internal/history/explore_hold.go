@@ -71,6 +71,17 @@ type hold struct {
 	lateShort int64 // debug: when a shortening Extend had a copy held back
 }
 
+// capEnd ends the hold's guarantee by at, and records free (if not 0 and
+// none was) as when its key was known free of it.
+func (h *hold) capEnd(at, free int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.end = min(nonZero(h.end, at), at)
+	if free != 0 && h.free == 0 {
+		h.free = free
+	}
+}
+
 // gEnd is the end of the hold's guaranteed ownership.
 func (h *hold) gEnd() int64 {
 	h.mu.Lock()

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -77,13 +78,7 @@ func (c *changer) run() {
 // right before it, the anchor held from before that SetLimit began to t,
 // and no server lost its data meanwhile.
 func (x *exploreRun) settled(t int64) (n int, when int64, ok bool) {
-	last := -1
-	for i, c := range x.limits {
-		if c.start > t {
-			break
-		}
-		last = i
-	}
+	last := sort.Search(len(x.limits), func(i int) bool { return x.limits[i].start > t }) - 1
 	if last < 0 || !x.limits[last].ok || x.limits[last].end > t || last > 0 && !x.limits[last-1].ok {
 		return 0, 0, false
 	}
@@ -97,8 +92,8 @@ func (x *exploreRun) settled(t int64) (n int, when int64, ok bool) {
 // anchored reports whether one anchor was held (guaranteed) through
 // [from, to].
 func (x *exploreRun) anchored(from, to int64) bool {
-	for _, h := range x.holds {
-		if h.anchor && h.begin <= from && h.gEnd() >= to {
+	for _, h := range x.ix.anchors {
+		if h.begin <= from && h.gEnd() >= to {
 			return true
 		}
 	}
