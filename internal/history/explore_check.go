@@ -438,6 +438,11 @@ func (x *exploreRun) judgeFree(c *claim) {
 	limit := 1
 	switch c.key {
 	case kSemBig:
+		// (A burst's attempts that got no quorum give their permits
+		// back after the round: others of the burst may meet them.)
+		if x.contended(c) {
+			return
+		}
 		limit = semBigLimit
 	case kSem:
 		n, _, ok := x.settled(c.start)

@@ -223,7 +223,19 @@ func (g *holding) before(kind, op string) *claim {
 type callTrace struct {
 	sent, answered atomic.Int32
 	bad            atomic.Bool
-	late           atomic.Bool // a copy of one of its commands was held back
+	late           atomic.Bool  // a copy of one of its commands was held back
+	last           atomic.Int64 // when the last answer came (Unix ns)
+}
+
+// answer records an answer that came at t.
+func (tr *callTrace) answer(t int64) {
+	for {
+		l := tr.last.Load()
+		if t <= l || tr.last.CompareAndSwap(l, t) {
+			break
+		}
+	}
+	tr.answered.Add(1)
 }
 
 type traceKey struct{}
@@ -242,14 +254,16 @@ func traceOf(ctx context.Context) *callTrace {
 	return tr
 }
 
-// after completes a call's claim and records it. The call was troubled when
-// one of its commands failed or was still unanswered when it returned (or,
+// after completes a call's claim and records it (right after the call
+// returned). The call was troubled when one of its commands failed or was
+// unanswered when it returned (or,
 // for a call whose commands were not traced, one of its Locker's), or a
 // server fault hit it.
 func (x *exploreRun) after(c *claim, err error) {
 	c.end, c.err, c.ok = now(), err, err == nil
 	if c.tr != nil {
-		c.troubled = c.tr.bad.Load() || c.tr.sent.Load() != c.tr.answered.Load()
+		// (An answer that came after the call returned was not waited for.)
+		c.troubled = c.tr.bad.Load() || c.tr.sent.Load() != c.tr.answered.Load() || c.tr.last.Load() > c.end
 		x.mu.Lock()
 		c.troubled = c.troubled || x.globalDuring(c.start, c.end)
 		x.mu.Unlock()

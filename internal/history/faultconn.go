@@ -155,7 +155,7 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 		if kind == fLate || kind == fResetLate {
 			tr.late.Store(true)
 		}
-		tr.answered.Add(1)
+		tr.answer(time.Now().UnixNano())
 	}
 	run.answered(c.f.slot, c.f.node, id, start, keyOf(cmds[0]), scriptOf(cmds), kind, bad, c.f.until(kind))
 	c.f.tick(c)
