@@ -19,7 +19,10 @@ build:
 # -race), three modules at once (tools/testmodules.sh); examples/' test
 # runs each program against a redis-server.
 # The history check runs 20s per topology in the first pass (make history
-# runs it for as long as asked). The root package's tests also run against
+# runs it for as long as asked); the explorer (internal/history's
+# TestExplore and TestExploreSabotage, and each extra's TestExplore) a few
+# seconds per topology and family, under a minute in all (make verify runs
+# it for as long as asked). The root package's tests also run against
 # the newest go-redis v9
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
