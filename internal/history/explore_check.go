@@ -305,7 +305,8 @@ func (x *exploreRun) byOtherShape(h *hold) bool {
 // judge judges a call's result (see the kinds in explore_ops.go).
 func (x *exploreRun) judge(c *claim) {
 	closed := x.ix.closedBy(c.slot, c.gen, c.end)
-	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) {
+	// (The caller's own deadline ends a call as a node's silence does.)
+	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) && !c.ctxEnded {
 		x.report("ErrUnavailable untrue", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
 	}
 	if isErr(c.err, dlock.ErrMisconfigured) && x.falseMisconfigured(c) {

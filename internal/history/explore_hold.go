@@ -133,6 +133,8 @@ type claim struct {
 	got        *hold // the hold it returned
 	limit      int   // a semaphore's limit asked (SetLimit's n)
 	tr         *callTrace
+	parent     context.Context // the caller's context (see ctx)
+	ctxEnded   bool            // the caller's deadline had passed when the call returned
 	vu         int64 // the hold's ValidUntil when the call began
 	lostBefore bool  // its Lost had closed when the call began
 	ok         bool
@@ -245,6 +247,7 @@ func (c *claim) ctx(parent context.Context) context.Context {
 	if c.tr == nil {
 		c.tr = &callTrace{}
 	}
+	c.parent = parent
 	return context.WithValue(parent, traceKey{}, c.tr)
 }
 
@@ -261,6 +264,7 @@ func traceOf(ctx context.Context) *callTrace {
 // server fault hit it.
 func (x *exploreRun) after(c *claim, err error) {
 	c.end, c.err, c.ok = now(), err, err == nil
+	c.ctxEnded = c.parent != nil && errors.Is(c.parent.Err(), context.DeadlineExceeded)
 	if c.tr != nil {
 		// (An answer that came after the call returned was not waited for.)
 		c.troubled = c.tr.bad.Load() || c.tr.sent.Load() != c.tr.answered.Load() || c.tr.last.Load() > c.end
