@@ -135,8 +135,8 @@ type claim struct {
 	tr         *callTrace
 	parent     context.Context // the caller's context (see ctx)
 	ctxEnded   bool            // the caller's deadline had passed when the call returned
-	vu         int64 // the hold's ValidUntil when the call began
-	lostBefore bool  // its Lost had closed when the call began
+	vu         int64           // the hold's ValidUntil when the call began
+	lostBefore bool            // its Lost had closed when the call began
 	ok         bool
 }
 
