@@ -272,7 +272,9 @@ type exploreRun struct {
 	kinds    map[string]int
 	observed []observedTerm
 	quiet    sync.Mutex // see opQuiet
-	viol     []Violation
+	// histories counts the violations given a history, by kind of message.
+	histories map[string]int
+	viol      []Violation
 }
 
 // span is an interval of a call, in Unix ns.
@@ -311,7 +313,7 @@ type inflight struct {
 }
 
 func newRun(t *testing.T, e Explore, top Topology, seed uint64) *exploreRun {
-	x := &exploreRun{t: t, e: e, top: top, seed: seed, stop: make(chan struct{}), kinds: map[string]int{}}
+	x := &exploreRun{t: t, e: e, top: top, seed: seed, stop: make(chan struct{}), kinds: map[string]int{}, histories: map[string]int{}}
 	x.sab = newSabotage(e.Sabotage)
 	x.startServers()
 	x.inflight = make([]inflight, slots+1)

@@ -3,6 +3,7 @@ package history
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -105,21 +106,20 @@ func nonZero(v, or int64) int64 {
 
 // report records a violation found by a check, at t, on key, with the
 // history around it (see historyOf) of the holds involved.
-// (The first 10 of each check get a history: a long run of a library that
-// has a defect can report thousands.)
+// (The first 10 of each kind of message get a history: a long run of a
+// library that has a defect can report thousands.)
 func (x *exploreRun) report(check string, t int64, key string, involved []*hold, format string, args ...any) {
 	v := Violation{Check: check, At: x.since(t), Message: fmt.Sprintf(format, args...)}
-	n := 0
-	for _, w := range x.viol {
-		if w.Check == check {
-			n++
-		}
-	}
-	if n < 10 {
+	sig := check + ": " + variable.ReplaceAllString(v.Message, "")
+	if x.histories[sig] < 10 {
+		x.histories[sig]++
 		v.History = x.historyOf(key, t, involved)
 	}
 	x.viol = append(x.viol, v)
 }
+
+// variable is what varies between messages of one kind: names, numbers.
+var variable = regexp.MustCompile(`"[^"]*"|[0-9.]+(ms|µs|s)?|#[0-9]+|token [0-9a-f]+|\([^)]*\)`)
 
 // checkExclusion: no two holders of key at once, unless both hold it
 // shared.
