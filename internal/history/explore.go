@@ -270,7 +270,6 @@ type exploreRun struct {
 	injected []faultRec // every fault, for the histories (the first 200,000)
 	cmdBad   []cmdRec   // commands whose caller saw an error or no answer
 	kinds    map[string]int
-	observed []observedTerm
 	quiet    sync.Mutex // see opQuiet
 	// histories counts the violations given a history, by kind of message.
 	histories map[string]int

@@ -23,12 +23,6 @@ import (
 // loaded machine.
 const waitBound = 2 * time.Second
 
-// observedTerm is a term that Observe reported.
-type observedTerm struct {
-	term uint64
-	at   int64
-}
-
 // result runs the checks and returns the run's result.
 func (x *exploreRun) result(d time.Duration) Result {
 	x.mu.Lock()

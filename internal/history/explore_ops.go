@@ -453,9 +453,6 @@ func (x *exploreRun) opObserve(rnd *rand.Rand) {
 		}
 		if ld.Term != 0 {
 			last = ld.Term
-			x.mu.Lock()
-			x.observed = append(x.observed, observedTerm{term: ld.Term, at: now()})
-			x.mu.Unlock()
 		}
 	}
 }

@@ -185,9 +185,10 @@ func (c *faultConn) inject(ctx context.Context, kind string, cmds [][]any, multi
 		c.f.hold(c, cmds, multi)
 		return c.send(ctx, cmds, multi)
 	case fReset:
-		written(cmds)
 		if c.f.coin() {
 			c.send(ctx, cmds, multi)
+		} else {
+			written(cmds) // written, lost with the connection
 		}
 		return failed(len(cmds), errInjected(kind))
 	case fResetLate:
@@ -234,8 +235,7 @@ func (c *faultConn) slow(ctx context.Context, cmds [][]any, multi bool) []node.R
 	case <-t.C:
 		return c.send(ctx, cmds, multi)
 	case <-ctx.Done():
-		written(cmds)
-		late := marshalled(cmds)
+		late := marshalled(cmds) // written, on its way
 		go func() {
 			<-t.C
 			c.send(detached(context.Background()), late, multi)
@@ -300,11 +300,10 @@ func (f *nodeFaults) coin() bool {
 	return f.rnd.IntN(2) == 0
 }
 
-// hold keeps a copy of cmds, written once (see written), to deliver after
-// the retry and one to three more commands of the node were answered, and 5 to 500ms
-// from now.
+// hold keeps a copy of cmds, written once (see marshalled), to deliver
+// after the retry and one to three more commands of the node were
+// answered, and 5 to 500ms from now.
 func (f *nodeFaults) hold(c *faultConn, cmds [][]any, multi bool) {
-	written(cmds)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.held = append(f.held, &heldCopy{via: c, cmds: marshalled(cmds), multi: multi, after: 2 + f.rnd.IntN(3),
@@ -367,8 +366,9 @@ func written(cmds [][]any) {
 }
 
 // marshalled is a copy of cmds whose self-marshalling arguments are
-// replaced by the bytes of a marshalling (what went on the wire), so that
-// delivering the copy counts no further write.
+// replaced by the bytes of one marshalling each (what went on the wire: the
+// copy's one write, as written counts it), so that delivering the copy
+// counts no further write.
 func marshalled(cmds [][]any) [][]any {
 	out := make([][]any, len(cmds))
 	for i, a := range cmds {
