@@ -9,7 +9,8 @@ import (
 // A Proxy forwards TCP connections from a loopback port to a server and
 // injects network faults between them: added latency, a black hole (the
 // connection stays open but nothing gets through, as in a partition, until
-// it heals), and reset connections. Give clients Proxy.Addr instead of the
+// it heals), reset connections, and a write held back while the client's
+// connection is reset (HoldNext: the client's retry runs, then the copy). Give clients Proxy.Addr instead of the
 // server's address. It is a small stand-in for toxiproxy that keeps
 // dlocktest free of dependencies.
 type Proxy struct {
