@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test test-lib demo bench redis vet fuzz soak reliability release-check release-prepare
+.PHONY: all build test test-lib demo bench redis vet fuzz soak verify reliability release-check release-prepare
 
 all: build
 
@@ -19,7 +19,10 @@ build:
 # -race), three modules at once (tools/testmodules.sh); examples/' test
 # runs each program against a redis-server.
 # The history check runs 20s per topology in the first pass (make history
-# runs it for as long as asked). The root package's tests also run against
+# runs it for as long as asked); the explorer (internal/history's
+# TestExplore and TestExploreSabotage, and each extra's TestExplore) a few
+# seconds per topology and family, under a minute in all (make verify runs
+# it for as long as asked). The root package's tests also run against
 # the newest go-redis v9
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
@@ -80,6 +83,30 @@ soak: redis
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
 		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history\.go|^(---|ok|FAIL)'
 	@cat soak-summary.txt
+
+# The explorer (internal/history/explore.go, docs/reliability.md): every
+# public call at random and at once, on Lockers shared by goroutines, under
+# command-level faults (replies lost, commands run twice or late, resets, a
+# Locker cut off from a master, a slow node) and server faults, checked on
+# the recorded history (exclusion, limits, fences, terms, the truth of
+# errors, liveness), for DURATION per topology (one Redis, Redlocks of 3
+# and 5 masters, a Cluster) and client family (go-redis; go-redis behind
+# proxies that reset connections and hold copies back; rueidis and
+# valkey-go, in their modules), instead of make test's few seconds. SEED=N
+# replays a schedule (the faults' and operations' order and targets; the
+# timings vary). One summary line per topology and family (operations,
+# faults by kind, violations by check: 0), also in verify-summary.txt;
+# VERIFY_LOG=FILE keeps every violation with its history, and
+# VERIFY_MONITOR=1 adds to each history what the servers ran (MONITOR).
+verify: redis
+	@rm -f verify-summary.txt; rc=0; \
+	export DLOCK_EXPLORE_DURATION=$(DURATION) DLOCK_EXPLORE_SEED=$(SEED) DLOCK_EXPLORE_SUMMARY=$(CURDIR)/verify-summary.txt \
+		DLOCK_EXPLORE_LOG=$(if $(VERIFY_LOG),$(abspath $(VERIFY_LOG))) DLOCK_EXPLORE_MONITOR=$(VERIFY_MONITOR); \
+	$(GO) test -count=1 -timeout 0 -run '^TestExplore$$' ./internal/history >verify.log 2>&1 || rc=1; \
+	for m in extra/dlockrueidis extra/dlockvalkey; do \
+		(cd $$m && $(GO) test -count=1 -timeout 0 -run '^TestExplore$$' .) >>verify.log 2>&1 || rc=1; \
+	done; \
+	cat verify-summary.txt; exit $$rc
 
 # The reliability suite (docs/reliability.md, Faults): the long forms of the
 # fault tests that make test runs short. RUNS times each (default 10): the

@@ -304,7 +304,7 @@ func (n *Node) boundedFor(timeout time.Duration) *boundedClient {
 		base = n.withTimeout(timeout)
 	}
 	client := &batchedClient{UniversalClient: base, b: n.inlineB, timeout: timeout}
-	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base, client: client, conn: &redisConn{client}})
+	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base, client: client, conn: n.wrap(&redisConn{client})})
 	n.boundedList.Store(&list)
 	return &list[len(list)-1]
 }
@@ -429,7 +429,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
 	}
-	n.conn, n.workerConn = &redisConn{client}, &redisConn{n.workerClient()}
+	n.conn, n.workerConn = n.wrap(&redisConn{client}), n.wrap(&redisConn{n.workerClient()})
 	return n
 }
 
@@ -443,7 +443,7 @@ func NewNodeOf(client node.Client, fallbackAddr string) *Node {
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
 	}
-	n.conn = client.Conn()
+	n.conn = n.wrap(client.Conn())
 	n.workerConn = n.conn
 	return n
 }
