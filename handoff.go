@@ -255,19 +255,6 @@ func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOptio
 	return k, err
 }
 
-// agreedOn reports whether need of rs agree on a value.
-func agreedOn[T any, V comparable](rs []quorum.Result[T], need int, value func(quorum.Result[T]) (V, bool)) bool {
-	counts := make(map[V]int, len(rs))
-	for _, r := range rs {
-		if v, ok := value(r); ok {
-			if counts[v]++; counts[v] >= need {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // adoptError is err, a failure of Adopt's round (whose text names the
 // key), said once: "dlock: adopt: " and err's text without its own "dlock:
 // " (it still matches what err matches).
@@ -374,11 +361,6 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 	recorded := make(chan struct{})
 	args := script.AdoptArgs{Token: k.tokenArg, TTL: l.ttlArg(ttl), Retention: l.retentionArg, Limit: limitArg(k.limit, k.shared)}
 	cmd := args.Command(k.names.AdoptKeys())
-	fence := func(r quorum.Result[script.AdoptReply]) (string, bool) {
-		// One fence and one limit (a limit SetLimit moved on some nodes
-		// only is no agreement).
-		return strconv.FormatUint(r.Val.Fence, 10) + " " + r.Val.Limit, r.Err == nil && r.Val.Held == 1
-	}
 	rs, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c node.Conn) (script.AdoptReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Adopt, cmd)
@@ -393,24 +375,51 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 			// that a refusal (another shape, a token that does not hold
 			// the key) leaves no node unanswered, to be cleaned up: a failed
 			// Adopt must not end a hold that is still live where it runs.
-			return agreedOn(rs, k.quorum, fence) || quorum.AllAnswering(rs, suspects, len(l.nodes))
+			_, ok := k.adoptAgreed(rs)
+			return ok || quorum.AllAnswering(rs, suspects, len(l.nodes))
 		},
 		quorum.LateFunc[script.AdoptReply](func(r quorum.Result[script.AdoptReply]) {
 			<-recorded
 			k.lateAnswer(r.Node, l.effectOf(r.Node, r.Err, r.Val.Held == 1, false))
 		}))
-	counts := make(map[string]int, len(rs))
-	var reply script.AdoptReply
-	agreed := false
+	reply, agreed := k.adoptAgreed(rs)
 	results := make([]quorum.Result[int64], len(rs))
 	for i, r := range rs {
 		results[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.Held, Err: r.Err}
-		if f, ok := fence(r); ok {
-			counts[f]++
-			if counts[f] >= k.quorum && !agreed {
-				reply, agreed = r.Val, true
-			}
-		}
 	}
 	return results, missing, reply, agreed, recorded
+}
+
+// adoptAgreed returns the reply of adopt.lua on which enough nodes agree,
+// and whether there is one: one fence, told by as many nodes as a permit of
+// the largest limit they tell needs (the limit asked, or one that SetLimit
+// moved it to, which may not have reached every node: the adopted permit
+// then takes the larger quorum), with that limit.
+func (k *Lock) adoptAgreed(rs []quorum.Result[script.AdoptReply]) (script.AdoptReply, bool) {
+	type agreement struct {
+		n     int
+		reply script.AdoptReply
+		need  int
+	}
+	byFence := make(map[uint64]*agreement, len(rs))
+	for _, r := range rs {
+		if r.Err != nil || r.Val.Held != 1 {
+			continue
+		}
+		a := byFence[r.Val.Fence]
+		if a == nil {
+			a = &agreement{reply: r.Val, need: k.quorum}
+			byFence[r.Val.Fence] = a
+		}
+		a.n++
+		if lim, err := strconv.Atoi(r.Val.Limit); err == nil && k.l.quorumFor(lim) > a.need {
+			a.need, a.reply = k.l.quorumFor(lim), r.Val
+		}
+	}
+	for _, a := range byFence {
+		if a.n >= a.need {
+			return a.reply, true
+		}
+	}
+	return script.AdoptReply{}, false
 }

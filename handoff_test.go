@@ -545,8 +545,9 @@ func TestAdoptCounterRestored(t *testing.T) {
 }
 
 // TestAdoptAfterSetLimit: a permit whose semaphore's limit SetLimit moved
-// from 2 to 3 is adopted with the limit its holder knew, as a permit of 3;
-// with another limit still, it is refused.
+// from 2 to 3, then to 5 (on 5 masters: a permit of 5 needs every node),
+// is adopted with the limit its holder knew, as a permit of 5; with another
+// limit still, it is refused.
 func TestAdoptAfterSetLimit(t *testing.T) {
 	for _, topo := range handoffTopologies[:2] {
 		t.Run(topo.name, func(t *testing.T) {
@@ -555,8 +556,10 @@ func TestAdoptAfterSetLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := first.SetLimit(ctx(t), "sem", 3); err != nil {
-				t.Fatal(err)
+			for _, n := range []int{3, 5} {
+				if err := first.SetLimit(ctx(t), "sem", n); err != nil {
+					t.Fatal(err)
+				}
 			}
 			h := p.Detach()
 			if a, err := second.Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(4)); !errors.Is(err, dlock.ErrNotHeld) {
@@ -565,6 +568,9 @@ func TestAdoptAfterSetLimit(t *testing.T) {
 			a, err := second.Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(h.Limit))
 			if err != nil {
 				t.Fatalf("Adopt with the limit SetLimit moved: %v", err)
+			}
+			if st, err := second.Status(ctx(t), "sem"); err != nil || st.Limit != 5 {
+				t.Errorf("Status after the Adopt: limit %d, %v; want 5", st.Limit, err)
 			}
 			if err := a.Release(ctx(t)); err != nil {
 				t.Error(err)

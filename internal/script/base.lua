@@ -196,7 +196,7 @@ local function prune(now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- metadata of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m, 'l:' .. m) -- metadata of another type: left alone
     end
   end
 end

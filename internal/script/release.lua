@@ -19,8 +19,10 @@
 --                        of a failed quorum attempt: the waiters were woken by
 --                        the release that freed the lock, and waking more for a
 --                        partial grant only makes them collide)
--- ARGV[6] metadata       "0" when the owner stored no metadata (its entries
---                        need not be removed), "1" otherwise
+-- ARGV[6] metadata       "0" when a lock's owner stored no metadata (its entries
+--                        need not be removed), "1" otherwise; a permit's
+--                        entries (metadata, "f:" fence, "l:" limit) are
+--                        removed either way
 -- ARGV[7] listeners      "1" when PUBLISH's count of receivers is exact for
 --                        the waiters' inboxes (every connection of the
 --                        waiters' clients to this deployment ends on this
@@ -98,15 +100,16 @@ if sem then
     return nothing()
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
+  -- The permit's entries (its metadata, fence and limit), which the others'
+  -- grants keep alive: removed whatever ARGV[6] says (a hash of another
+  -- type: left alone).
+  redis.pcall('HDEL', KEYS[5], ARGV[1], 'f:' .. ARGV[1], 'l:' .. ARGV[1])
   shared = redis.call('GET', KEYS[6]) == '0'
   if tonumber(s) <= clock() then
     return nothing() -- it had expired
   end
 elseif v ~= ARGV[1] then
   return nothing()
-end
-if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[5], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
 elseif ARGV[6] ~= '0' then
   redis.call('DEL', KEYS[5]) -- a lock's holder is its only entry
 end
@@ -161,7 +164,7 @@ elseif sem or (group and reserve) then
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', clock())
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- a hash of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m, 'l:' .. m) -- a hash of another type: left alone
     end
   end
   last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
