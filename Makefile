@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test test-lib demo bench redis vet fuzz soak reliability release-check release-prepare
+.PHONY: all build test test-lib demo bench redis faketime vet fuzz soak reliability release-check release-prepare
 
 all: build
 
@@ -9,7 +9,8 @@ build:
 	$(GO) build ./...
 
 # Make sure redis-server is there (installed from Debian's package when
-# missing and running as root), then vet and run every test under the race
+# missing and running as root), and libfaketime for the clock-fault tests
+# (likewise; they are skipped without it), then vet and run every test under the race
 # detector against real redis-server processes started by the tests.
 # The CLI is vetted for macOS too, the library is built for Windows, and
 # the CLI must not link test helpers; the allocation check runs once more
@@ -31,7 +32,7 @@ build:
 # of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
 # machine), the first pass the default number, as cmd/dlock's timed tests
 # run alongside it there.
-test: redis
+test: redis faketime
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
 	GOOS=windows $(GO) build . ./fenced
@@ -52,7 +53,8 @@ test-lib: redis
 	$(GO) vet . ./fenced ./dlocktest ./internal/...
 	$(GO) test -race -count=1 . ./fenced ./dlocktest ./internal/...
 
-# The main job: start local redis-servers and show the lock at work.
+# The main job: start local redis-servers and show the lock at work. It
+# installs redis-server when missing (as root on Debian), and nothing else.
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
@@ -76,7 +78,7 @@ endif
 # (acquisitions, faults by kind, violations: must be 0), also appended to
 # soak-summary.txt. SEED=N replays a schedule.
 DURATION ?= 10m
-soak: redis
+soak: redis faketime
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
 		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history\.go|^(---|ok|FAIL)'
 	@cat soak-summary.txt
@@ -98,7 +100,7 @@ soak: redis
 RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
 FAILOVER_RUNS ?= 2
-reliability: redis
+reliability: redis faketime
 	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
 		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
 		>reliability.log 2>&1; rc=$$?; \
@@ -145,5 +147,11 @@ release-prepare:
 		(cd $$(dirname $$m) && $(GO) mod edit -require=github.com/dlock-dev/dlock@$(VERSION)) || exit 1; \
 	done
 
+# redis-server, from Debian's package when missing (as root): nothing else.
 redis:
 	@./scripts/dev/ensure-redis.sh
+
+# Debian's libfaketime (package faketime), for the fault tests of a server's
+# clock, when missing (as root): make test, soak and reliability.
+faketime:
+	@./scripts/dev/ensure-faketime.sh
