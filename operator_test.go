@@ -1,0 +1,193 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+)
+
+// deployment is one of the three topologies of the operator's tests, with
+// a way to make Lockers on it that share nothing (each its own clients, as
+// separate processes would), and admin clients of each node (for a
+// Cluster, one Cluster client).
+type deployment struct {
+	name   string
+	locker func(t *testing.T) *dlock.Locker
+	admins []redis.UniversalClient
+}
+
+// deployments starts one Redis, a Redlock of 3 and a Cluster of 3 masters.
+func deployments(t *testing.T) []deployment {
+	t.Helper()
+	single := dlocktest.Start(t)
+	masters := dlocktest.StartN(t, 3)
+	cl := dlocktest.StartCluster(t, 3)
+	cc := cl.Client()
+	t.Cleanup(func() { cc.Close() })
+	return []deployment{
+		{name: "one Redis", admins: dlocktest.Clients(t, single), locker: func(t *testing.T) *dlock.Locker {
+			return newLocker(t, dlocktest.Clients(t, single)[0])
+		}},
+		{name: "Redlock of 3", admins: dlocktest.Clients(t, masters...), locker: func(t *testing.T) *dlock.Locker {
+			l, err := dlock.NewRedlock(dlocktest.Clients(t, masters...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}},
+		{name: "Cluster of 3", admins: []redis.UniversalClient{cc}, locker: func(t *testing.T) *dlock.Locker {
+			c := cl.Client()
+			t.Cleanup(func() { c.Close() })
+			return newLocker(t, c)
+		}},
+	}
+}
+
+// queueOf is the metadata of a status's waiters, in queue order.
+func queueOf(q []dlock.Waiter) []string {
+	var out []string
+	for _, w := range q {
+		out = append(out, w.Metadata)
+	}
+	return out
+}
+
+// TestStatusNamesWaiters: a waiting Acquire's metadata (WithMetadata) is
+// shown by Status, in queue order, with when each began to wait, on one
+// Redis, a Redlock (every node's view) and a Cluster; a shared waiter says
+// so; a waiter without metadata is listed with none; the metadata goes with
+// the registration when the waiter gets the lock or gives up.
+func TestStatusNamesWaiters(t *testing.T) {
+	for _, d := range deployments(t) {
+		t.Run(d.name, func(t *testing.T) {
+			key := "named-waiters"
+			a := d.locker(t)
+			begin := time.Now()
+			h, err := a.TryAcquire(ctx(t), key, dlock.WithMetadata("holder"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []<-chan *dlock.Lock
+			for i, meta := range []string{"w1", "w2", ""} {
+				opts := []dlock.LockOption{}
+				if meta != "" {
+					opts = append(opts, dlock.WithMetadata(meta))
+				}
+				got = append(got, acquireAsync(t, d.locker(t), key, opts...))
+				waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return len(st.Queue) == i+1 }, fmt.Sprintf("waiter %d", i+1))
+			}
+			gctx, giveUp := context.WithCancel(ctx(t))
+			gave := make(chan error, 1)
+			go func() {
+				_, err := d.locker(t).Acquire(gctx, key, dlock.WithMetadata("gives-up"))
+				gave <- err
+			}()
+			waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return len(st.Queue) == 4 }, "the waiter that gives up")
+
+			st, err := a.Status(ctx(t), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"w1", "w2", "", "gives-up"}; !slices.Equal(queueOf(st.Queue), want) || st.Waiters != 4 {
+				t.Fatalf("Status.Queue %q (Waiters %d), want %q", queueOf(st.Queue), st.Waiters, want)
+			}
+			for i, w := range st.Queue {
+				if w.Since.Before(begin.Add(-2*time.Second)) || w.Since.After(time.Now().Add(2*time.Second)) || w.Shared ||
+					(i > 0 && w.Since.Before(st.Queue[i-1].Since)) {
+					t.Errorf("waiter %d: %+v (began waiting after %s, in order)", i, w, begin)
+				}
+			}
+			for _, ns := range st.Nodes {
+				if !slices.Equal(queueOf(ns.Queue), queueOf(st.Queue)) {
+					t.Errorf("node %s: queue %q", ns.Addr, queueOf(ns.Queue))
+				}
+			}
+
+			giveUp()
+			if err := <-gave; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the waiter that gave up: %v", err)
+			}
+			waitFor(t, func() bool { st, _ := a.Status(ctx(t), key); return len(st.Queue) == 3 }, "the registration of the waiter that gave up to go")
+			h.Release(ctx(t))
+			w1 := <-got[0]
+			if w1 == nil || w1.Metadata() != "w1" {
+				t.Fatalf("the first waiter did not get the lock: %v", w1)
+			}
+			st, _ = a.Status(ctx(t), key)
+			if want := []string{"w2", ""}; !slices.Equal(queueOf(st.Queue), want) || st.Metadata != "w1" {
+				t.Errorf("after the first waiter got the lock: holder %q, queue %q, want w1 and %q", st.Metadata, queueOf(st.Queue), want)
+			}
+			w1.Release(ctx(t))
+			w2 := <-got[1]
+			w2.Release(ctx(t))
+			(<-got[2]).Release(ctx(t))
+			for _, c := range d.admins {
+				if m := metaFields(t, c, key); len(m) > 0 {
+					t.Errorf("waiters' metadata left behind: %v", m)
+				}
+			}
+		})
+	}
+}
+
+// metaFields returns the waiters' metadata fields ("m:" ...) of key's
+// leases on the admin client c.
+func metaFields(t *testing.T, c redis.UniversalClient, key string) []string {
+	t.Helper()
+	fs, err := c.HKeys(ctx(t), "dlock:{"+key+"}:wexp").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range fs {
+		if strings.HasPrefix(f, "m:") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestStatusNamesSharedWaiter: a shared acquisition that waits behind a
+// lock is shown as shared, with its metadata; a semaphore's waiter too.
+func TestStatusNamesSharedWaiter(t *testing.T) {
+	l, s, _ := single(t)
+	h, err := l.TryAcquire(ctx(t), "rw-named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newLocker(t, s.Client())
+	got := acquireAsync(t, other, "rw-named", dlock.WithShared(), dlock.WithMetadata("reader"))
+	waitFor(t, func() bool { st, _ := l.Status(ctx(t), "rw-named"); return len(st.Queue) == 1 }, "the shared waiter")
+	st, _ := l.Status(ctx(t), "rw-named")
+	if w := st.Queue[0]; !w.Shared || w.Metadata != "reader" {
+		t.Errorf("the shared waiter: %+v", w)
+	}
+	handoff(t, h, got, "the shared waiter")
+
+	p, err := l.TryAcquire(ctx(t), "sem-named", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := l.TryAcquire(ctx(t), "sem-named", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Release(ctx(t))
+	got = acquireAsync(t, other, "sem-named", dlock.WithLimit(2), dlock.WithMetadata("third"))
+	waitFor(t, func() bool { st, _ := l.Status(ctx(t), "sem-named"); return len(st.Queue) == 1 }, "the semaphore's waiter")
+	st, _ = l.Status(ctx(t), "sem-named")
+	if w := st.Queue[0]; w.Shared || w.Metadata != "third" {
+		t.Errorf("the semaphore's waiter: %+v", w)
+	}
+	handoff(t, p, got, "the semaphore's waiter")
+}
