@@ -134,7 +134,7 @@ func permanent(err error) bool {
 		reply    *script.ReplyError
 	)
 	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) {
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) || errors.Is(err, errClusterScan) {
 		return true
 	}
 	// A TLS alert from the server: it refused the handshake, for example

@@ -191,3 +191,159 @@ func TestStatusNamesSharedWaiter(t *testing.T) {
 	}
 	handoff(t, p, got, "the semaphore's waiter")
 }
+
+// listed is what List says of each lock: its name, shape, holders and
+// waiters.
+func listedText(locks []dlock.Status) []string {
+	var out []string
+	for _, st := range locks {
+		var holders []string
+		for _, p := range st.Permits {
+			holders = append(holders, p.Metadata)
+		}
+		slices.Sort(holders)
+		s := fmt.Sprintf("%s held=%v limit=%d shared=%v meta=%q permits=%q queue=%q", st.Key, st.Held, st.Limit, st.Shared,
+			st.Metadata, holders, queueOf(st.Queue))
+		if st.Asked != nil {
+			s += " asked=" + st.Asked.Reason
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestList: List finds every lock under the prefix that matches the
+// pattern, on one Redis, a Redlock (the union of the nodes, Held by their
+// agreement) and a Cluster (every master): locks, a semaphore, shared
+// holds, a lock with a waiter and a release request, names that need the
+// hash tag's escape or look like globs; not a free lock, another prefix's
+// locks or keys that are not dlock's.
+func TestList(t *testing.T) {
+	for _, d := range deployments(t) {
+		t.Run(d.name, func(t *testing.T) {
+			a, b := d.locker(t), d.locker(t)
+			hold := func(l *dlock.Locker, key string, opts ...dlock.LockOption) *dlock.Lock {
+				t.Helper()
+				k, err := l.TryAcquire(ctx(t), key, opts...)
+				if err != nil {
+					t.Fatalf("%q: %v", key, err)
+				}
+				t.Cleanup(func() { k.Release(context.Background()) })
+				return k
+			}
+			hold(a, "job/a", dlock.WithMetadata("host-a"))
+			hold(a, "job/b", dlock.WithLimit(2), dlock.WithMetadata("p1"))
+			hold(b, "job/b", dlock.WithLimit(2), dlock.WithMetadata("p2"))
+			hold(a, "job/c", dlock.WithShared(), dlock.WithMetadata("r1"))
+			hold(b, "job/c", dlock.WithShared(), dlock.WithMetadata("r2"))
+			hold(a, "job/d", dlock.WithMetadata("host-d"))
+			got := acquireAsync(t, b, "job/d", dlock.WithMetadata("next"))
+			waitFor(t, func() bool { st, _ := a.Status(ctx(t), "job/d"); return len(st.Queue) == 1 }, "the waiter")
+			if err := b.RequestRelease(ctx(t), "job/d", "deploy"); err != nil {
+				t.Fatal(err)
+			}
+			free := hold(a, "job/free")
+			free.Release(ctx(t)) // its fence counter stays: not listed
+			for _, k := range []string{"}odd", "\x00odd", "a}b", "x*y", "other"} {
+				hold(a, k)
+			}
+			other := newLockerOn(t, d, dlock.WithPrefix("other:"))
+			hold(other, "job/z")
+			for _, c := range d.admins {
+				for _, k := range []string{"job/x", "dlock:job/y", "dlock:{job/w", "dlock:{job/v}:fence"} {
+					c.Set(ctx(t), k, "not a lock", time.Minute)
+				}
+			}
+
+			locks, err := a.List(ctx(t), "job/*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{
+				`job/a held=true limit=0 shared=false meta="host-a" permits=[] queue=[]`,
+				`job/b held=true limit=2 shared=false meta="" permits=["p1" "p2"] queue=[]`,
+				`job/c held=true limit=0 shared=true meta="" permits=["r1" "r2"] queue=[]`,
+				`job/d held=true limit=0 shared=false meta="host-d" permits=[] queue=["next"] asked=deploy`,
+			}
+			if g := listedText(locks); !slices.Equal(g, want) {
+				t.Errorf("List(job/*):\n%s\nwant\n%s", strings.Join(g, "\n"), strings.Join(want, "\n"))
+			}
+			for _, st := range locks {
+				for _, ns := range st.Nodes {
+					if ns.Err != nil || !ns.Held || ns.TTL <= 0 || ns.Fence == 0 {
+						t.Errorf("%s on %s: %+v", st.Key, ns.Addr, ns)
+					}
+				}
+			}
+			for pattern, want := range map[string][]string{
+				"":           {"\x00odd", "a}b", "job/a", "job/b", "job/c", "job/d", "other", "x*y", "}odd"},
+				"*odd":       {"\x00odd", "}odd"},
+				"}*":         {"}odd"},
+				"a}*":        {"a}b"},
+				`x\*y`:       {"x*y"},
+				"x?y":        {"x*y"},
+				"job/[a-b]":  {"job/a", "job/b"},
+				"job/[^a-c]": {"job/d"},
+				"nothing*":   nil,
+			} {
+				locks, err := a.List(ctx(t), pattern)
+				var names []string
+				for _, st := range locks {
+					names = append(names, st.Key)
+				}
+				if err != nil || !slices.Equal(names, want) {
+					t.Errorf("List(%q): %q, %v; want %q", pattern, names, err, want)
+				}
+			}
+			if cc, ok := d.admins[0].(*redis.ClusterClient); ok {
+				masters := map[string]bool{}
+				for _, st := range locks {
+					m, err := cc.MasterForKey(ctx(t), "dlock:{"+st.Key+"}")
+					if err != nil {
+						t.Fatal(err)
+					}
+					masters[m.Options().Addr] = true
+				}
+				if len(masters) < 2 {
+					t.Errorf("the locks listed are on %d masters; the test wants several", len(masters))
+				}
+			}
+			if len(d.admins) > 1 {
+				// A key one node of the Redlock holds (a failed attempt's
+				// remnant): listed, not held by the quorum.
+				d.admins[0].Set(ctx(t), "dlock:{job/one-node}", "token", time.Minute)
+				locks, err := a.List(ctx(t), "job/one*")
+				if err != nil || len(locks) != 1 || locks[0].Held || !locks[0].Nodes[0].Held || locks[0].Nodes[1].Held {
+					t.Errorf("List of a key one node holds: %+v, %v", locks, err)
+				}
+			}
+			handoffOf(t, a, "job/d", got)
+		})
+	}
+}
+
+// newLockerOn is a Locker on d with opts.
+func newLockerOn(t *testing.T, d deployment, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	if len(d.admins) > 1 {
+		l, err := dlock.NewRedlock(d.admins, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	return newLocker(t, d.admins[0], opts...)
+}
+
+// handoffOf force-releases key and waits for the acquisition behind got,
+// which it releases.
+func handoffOf(t *testing.T, l *dlock.Locker, key string, got <-chan *dlock.Lock) {
+	t.Helper()
+	if _, err := l.ForceRelease(ctx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if k := <-got; k != nil {
+		k.Release(ctx(t))
+	}
+}
