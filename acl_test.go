@@ -34,7 +34,8 @@ var aclPlainCommands = map[string]string{
 	"zcard":         "Status: the waiters",
 	"hgetall":       "Status: the metadata, the release requests kept (asked.go)",
 	"hget":          "a Locker that listens for release requests: the requests kept for its locks, at each subscription (asked.go: readRequests); Status: an election's count of terms (Leader.Transitions, admin.go)",
-	"zrange":        "Status (a semaphore's permits, WITHSCORES); ForceRelease of a semaphore",
+	"zrange":        "Status (a semaphore's permits, WITHSCORES; the waiting queue, WITHSCORES); ForceRelease of a semaphore",
+	"scan":          "List (list.go): the keys of the locks under the prefix, on every node and every master of a Cluster",
 	"time":          "Status: the server's clock, for the permits' TTLs",
 	"publish":       "the announcement of a vacancy (election.go) and of a proclaimed value (proclaim.go); a term's is elected.lua's",
 	"subscribe":     "waiting (inbox.go: the waiters' channel), Observe (election.go: the leader channel) and Lock.Asked (asked.go: the release requests' channel)",
@@ -330,8 +331,13 @@ func TestACLEveryFeature(t *testing.T) {
 		aclNoErr(t, "Extend", k.Extend(ctx(t), time.Minute))
 		st, err := b.Status(ctx(t), "job")
 		aclNoErr(t, "Status", err)
-		if !st.Held || st.Metadata != "host-a" || st.Waiters != 1 || st.Fence != k.Fence() {
+		if !st.Held || st.Metadata != "host-a" || st.Waiters != 1 || st.Fence != k.Fence() || len(st.Queue) != 1 {
 			t.Errorf("Status of the held lock: %+v", st)
+		}
+		locks, err := b.List(ctx(t), "jo*")
+		aclNoErr(t, "List", err)
+		if len(locks) != 1 || locks[0].Key != "job" || locks[0].Waiters != 1 {
+			t.Errorf("List: %+v", locks)
 		}
 		handoff(t, k, got, "the waiter") // woken by the release, through the inbox
 		st, err = a.Status(ctx(t), "job")
@@ -618,6 +624,11 @@ func TestACLEveryFeature(t *testing.T) {
 		if !st.Held || st.Metadata != "redlock" {
 			t.Errorf("Status on a Redlock: %+v", st)
 		}
+		locks, err := rb.List(ctx(t), "")
+		aclNoErr(t, "List on a Redlock", err)
+		if len(locks) != 1 || !locks[0].Held || locks[0].Key != "rl" {
+			t.Errorf("List on a Redlock: %+v", locks)
+		}
 		handoff(t, k, got, "the Redlock waiter")
 		k, err = ra.TryAcquire(ctx(t), "rl")
 		aclNoErr(t, "TryAcquire on a Redlock", err)
@@ -655,6 +666,11 @@ func TestACLEveryFeature(t *testing.T) {
 		aclNoErr(t, "Status on a Cluster", err)
 		if !st.Held || st.Metadata != "cluster" {
 			t.Errorf("Status on a Cluster: %+v", st)
+		}
+		locks, err := l.List(ctx(t), "on-*")
+		aclNoErr(t, "List on a Cluster", err)
+		if len(locks) != 1 || !locks[0].Held || locks[0].Key != "on-cluster" {
+			t.Errorf("List on a Cluster: %+v", locks)
 		}
 		handoff(t, k, got, "the Cluster waiter")
 		store := fenced.New(cc)

@@ -68,7 +68,7 @@ func aclUser(t *testing.T, line string, addrs ...string) {
 
 // TestACLCLI runs every command of the CLI that talks to Redis as a user made
 // with exactly the ACL line of docs/operations.md: a holder (dlock run, renewing), status
-// and status --json of the held lock, dlock run on the busy lock, a dlock run
+// and status --json of the held lock, dlock list, dlock run on the busy lock, a dlock run
 // --wait that the holder's end wakes, release --force (the holder loses its
 // lock), a --limit run; on one Redis, one Redis with a database other than
 // 0, a Redlock (which asks each server its run id) and a Cluster.
@@ -137,6 +137,9 @@ func TestACLCLI(t *testing.T) {
 				t.Errorf("status --json of the held lock:\n%s", out)
 			}
 			cli(exitNotAcquired, "run", "-q", "job", "--", "true")
+			if out := cli(exitOK, "list", "jo*"); !strings.HasPrefix(out, "LOCK ") || !strings.Contains(out, "the holder") {
+				t.Errorf("list of the held lock:\n%s", out)
+			}
 
 			waited := make(chan struct{})
 			go func() {
