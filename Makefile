@@ -31,7 +31,10 @@ build:
 # test, beside the others that mostly wait; the go-redis-latest pass runs 4
 # of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
 # machine), the first pass the default number, as cmd/dlock's timed tests
-# run alongside it there.
+# run alongside it there. Last, tools/testservers.sh runs the contract
+# suite, the history checker (5s a topology) and the fault tests of the
+# server's own behaviour on Valkey and Redis 8 (../shared/servers/, where
+# they exist: a developer's machine and CI; skipped, saying so, elsewhere).
 test: redis faketime
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -45,6 +48,7 @@ test: redis faketime
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	GO=$(GO) ./tools/testmodules.sh
+	GO=$(GO) ./tools/testservers.sh
 
 # The library alone (the root package, fenced, dlocktest, internal/...),
 # vetted and tested under the race detector once, against the go-redis of
