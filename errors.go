@@ -114,7 +114,8 @@ var transientReplies = []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CL
 
 // permanent reports whether a node's error is one that waiting cannot fix:
 // an error reply of Redis other than a transient one, a TLS certificate or
-// handshake failure, or a reply dlock cannot read. Network errors and
+// handshake failure, a reply dlock cannot read, or a Cluster client that
+// List cannot scan (errClusterScan). Network errors and
 // timeouts are not: the node may answer later.
 func permanent(err error) bool {
 	if msg, ok := node.Reply(err); ok {

@@ -47,7 +47,9 @@ const listBatch = 64
 // of a Cluster, so that the server is never held for long whatever the
 // size of its keyspace; the locks' statuses are then read in pipelines.
 // The whole call is bounded by ctx, and by ListTimeout if ctx has no
-// earlier deadline; each command by the node timeout. A Cluster client
+// earlier deadline; each command by the node timeout (a SCAN of a
+// Cluster's master by the client's read timeout, where the client does not
+// apply context deadlines, but List returns at its own). A Cluster client
 // must be go-redis' (*redis.ClusterClient): another family's is refused
 // with an error wrapping ErrMisconfigured.
 //
@@ -248,6 +250,11 @@ func (l *Locker) readLocks(ctx context.Context, names []string) ([]Status, []err
 		}
 		for i, err := range errs {
 			failed[i] = cmp.Or(failed[i], err)
+		}
+	}
+	if len(names) > 0 { // ctx ended with locks left to read
+		for i := range failed {
+			failed[i] = cmp.Or(failed[i], ctx.Err())
 		}
 	}
 	return locks, failed

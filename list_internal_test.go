@@ -2,11 +2,16 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/node"
 )
 
 // TestGlobMatchAsRedis: globMatch matches as Redis matches keys against a
@@ -63,5 +68,44 @@ func TestLockName(t *testing.T) {
 	}
 	if got := scanMatch("a*b?[c]\\:", "job/*"); got != `a\*b\?\[c\]\\:{job/*}*` {
 		t.Errorf("scanMatch: %q", got)
+	}
+}
+
+// clusterFamily is ctxFamily as a Cluster client of another family.
+type clusterFamily struct{ ctxFamily }
+
+func (f clusterFamily) Describe() node.Description {
+	return node.Description{Addr: f.addr, Cluster: true}
+}
+
+// TestListFamily: List on a client of another family than go-redis (as
+// rueidis' and valkey-go's, through node.Client): one Redis is scanned
+// through its Conn; a Cluster client, whose masters dlock cannot reach one
+// by one, is refused as misconfigured, saying why.
+func TestListFamily(t *testing.T) {
+	s := dlocktest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	l, err := newFamilyLocker([]node.Client{ctxFamily{c, s.Addr()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	k, err := l.TryAcquire(ctx, "family", WithMetadata("rueidis-like"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Release(ctx)
+	if locks, err := l.List(ctx, "fam*"); err != nil || len(locks) != 1 || locks[0].Metadata != "rueidis-like" {
+		t.Errorf("List through another family's client: %+v, %v", locks, err)
+	}
+	cl, err := newFamilyLocker([]node.Client{clusterFamily{ctxFamily{c, s.Addr()}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.List(ctx, ""); !errors.Is(err, ErrMisconfigured) || !strings.Contains(err.Error(), "ClusterClient") {
+		t.Errorf("List through another family's Cluster client: %v, want ErrMisconfigured saying why", err)
 	}
 }

@@ -317,6 +317,11 @@ func TestList(t *testing.T) {
 					t.Errorf("List of a key one node holds: %+v, %v", locks, err)
 				}
 			}
+			expired, cancel := context.WithTimeout(ctx(t), -time.Second)
+			defer cancel()
+			if locks, err := a.List(expired, ""); !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("List with its context ended: %d locks, %v; want ErrUnavailable and the context's error", len(locks), err)
+			}
 			handoffOf(t, a, "job/d", got)
 		})
 	}
