@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -107,5 +108,20 @@ func TestListFamily(t *testing.T) {
 	defer cl.Close()
 	if _, err := cl.List(ctx, ""); !errors.Is(err, ErrMisconfigured) || !strings.Contains(err.Error(), "ClusterClient") {
 		t.Errorf("List through another family's Cluster client: %v, want ErrMisconfigured saying why", err)
+	}
+}
+
+// TestDialCauseClusterName: the name of a Cluster node ("cluster(ADDR,...)")
+// is not dialed: SplitHostPort cut it at its last colon, and the dial's
+// "unknown port" replaced the node's own error (a slot on the move, seen on
+// TestSlotMigrationUnderLoad's releases).
+func TestDialCauseClusterName(t *testing.T) {
+	for _, addr := range []string{"cluster(127.0.0.1:1,...)", "sentinel(mymaster@127.0.0.1:1)", "/tmp/redis.sock"} {
+		if err := dialCause(addr, 10*time.Millisecond); err != nil {
+			t.Errorf("dialCause(%q) = %v, want nil: not a TCP address", addr, err)
+		}
+	}
+	if err := dialCause("127.0.0.1:1", 100*time.Millisecond); err == nil {
+		t.Error("dialCause of a closed loopback port: nil, want its error")
 	}
 }

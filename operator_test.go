@@ -269,10 +269,20 @@ func TestList(t *testing.T) {
 				t.Errorf("List(job/*):\n%s\nwant\n%s", strings.Join(g, "\n"), strings.Join(want, "\n"))
 			}
 			for _, st := range locks {
+				// A quorum of the nodes holds each lock (on a Redlock, the
+				// last node's grant may come after TryAcquire returned, or
+				// be cleaned up as late).
+				held := 0
 				for _, ns := range st.Nodes {
-					if ns.Err != nil || !ns.Held || ns.TTL <= 0 || ns.Fence == 0 {
-						t.Errorf("%s on %s: %+v", st.Key, ns.Addr, ns)
+					if ns.Err != nil {
+						t.Errorf("%s on %s: %v", st.Key, ns.Addr, ns.Err)
 					}
+					if ns.Held && ns.TTL > 0 && ns.Fence > 0 {
+						held++
+					}
+				}
+				if held < len(st.Nodes)/2+1 {
+					t.Errorf("%s: %d of %d nodes hold it: %+v", st.Key, held, len(st.Nodes), st.Nodes)
 				}
 			}
 			for pattern, want := range map[string][]string{
