@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test test-lib demo bench redis vet fuzz soak verify reliability release-check release-prepare
+.PHONY: all build test test-lib demo bench redis faketime vet fuzz soak verify reliability release-check release-prepare
 
 all: build
 
@@ -9,7 +9,8 @@ build:
 	$(GO) build ./...
 
 # Make sure redis-server is there (installed from Debian's package when
-# missing and running as root), then vet and run every test under the race
+# missing and running as root), and libfaketime for the clock-fault tests
+# (likewise; they are skipped without it), then vet and run every test under the race
 # detector against real redis-server processes started by the tests.
 # The CLI is vetted for macOS too, the library is built for Windows, and
 # the CLI must not link test helpers; the allocation check runs once more
@@ -33,8 +34,11 @@ build:
 # test, beside the others that mostly wait; the go-redis-latest pass runs 4
 # of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
 # machine), the first pass the default number, as cmd/dlock's timed tests
-# run alongside it there.
-test: redis
+# run alongside it there. Last, tools/testservers.sh runs the contract
+# suite, the history checker (5s a topology) and the fault tests of the
+# server's own behaviour on Valkey and Redis 8 (../shared/servers/, where
+# they exist: a developer's machine and CI; skipped, saying so, elsewhere).
+test: redis faketime
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
 	GOOS=windows $(GO) build . ./fenced
@@ -47,6 +51,7 @@ test: redis
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	GO=$(GO) ./tools/testmodules.sh
+	GO=$(GO) ./tools/testservers.sh
 
 # The library alone (the root package, fenced, dlocktest, internal/...),
 # vetted and tested under the race detector once, against the go-redis of
@@ -55,7 +60,8 @@ test-lib: redis
 	$(GO) vet . ./fenced ./dlocktest ./internal/...
 	$(GO) test -race -count=1 . ./fenced ./dlocktest ./internal/...
 
-# The main job: start local redis-servers and show the lock at work.
+# The main job: start local redis-servers and show the lock at work. It
+# installs redis-server when missing (as root on Debian), and nothing else.
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
@@ -79,7 +85,7 @@ endif
 # (acquisitions, faults by kind, violations: must be 0), also appended to
 # soak-summary.txt. SEED=N replays a schedule.
 DURATION ?= 10m
-soak: redis
+soak: redis faketime
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
 		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history\.go|^(---|ok|FAIL)'
 	@cat soak-summary.txt
@@ -125,7 +131,7 @@ verify: redis
 RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
 FAILOVER_RUNS ?= 2
-reliability: redis
+reliability: redis faketime
 	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
 		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
 		>reliability.log 2>&1; rc=$$?; \
@@ -172,5 +178,11 @@ release-prepare:
 		(cd $$(dirname $$m) && $(GO) mod edit -require=github.com/dlock-dev/dlock@$(VERSION)) || exit 1; \
 	done
 
+# redis-server, from Debian's package when missing (as root): nothing else.
 redis:
 	@./scripts/dev/ensure-redis.sh
+
+# Debian's libfaketime (package faketime), for the fault tests of a server's
+# clock, when missing (as root): make test, soak and reliability.
+faketime:
+	@./scripts/dev/ensure-faketime.sh

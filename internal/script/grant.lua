@@ -55,12 +55,12 @@ local function done(c, own, last, now)
   -- The waiter's entries go (keys of another type: left alone). A popped
   -- waiter (see ARGV[9]) has only its lease left.
   if popped then
-    redis.pcall('HDEL', KEYS[7], waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'm:' .. waiter)
     return {1, fence}
   end
   if queued then
     redis.pcall('ZREM', KEYS[1], waiter)
-    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter, 'm:' .. waiter)
   end
   if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 and not queued then
     redis.pcall('HDEL', KEYS[7], 'i:' .. waiter)

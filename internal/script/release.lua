@@ -75,7 +75,7 @@ end
 local intentGone = false
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[1], ARGV[4])
-  redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4])
+  redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4], 'm:' .. ARGV[4])
   intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
 end
 local v = redis.pcall('GET', KEYS[2])
