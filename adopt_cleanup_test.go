@@ -133,3 +133,44 @@ func TestAdoptAgainAfterLostReply(t *testing.T) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 }
+
+// TestAdoptAfterTwoLimitChanges: a permit acquired WithLimit(3) whose
+// semaphore's limit SetLimit changed twice (3 → 5 → 2) before the holder
+// detached it is adopted with what Detach's Handoff says (its Limit) and
+// becomes a permit of the current limit. Adopt's doc promises the
+// adoption of a permit whose limit SetLimit changed; adopt.lua accepts
+// only the last change's old limit (5), so the Handoff's 3 is refused as
+// another shape: ErrNotHeld for a live hold.
+//
+// It fails on main (adopt.lua and handoff.go, the lead's to fix): skipped
+// until then.
+func TestAdoptAfterTwoLimitChanges(t *testing.T) {
+	if os.Getenv("DLOCK_KNOWN_DEFECTS") == "" {
+		t.Skip("Adopt after two SetLimit changes (adopt.lua): set DLOCK_KNOWN_DEFECTS=1 to run")
+	}
+	s := dlocktest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := s.Client()
+	defer c.Close()
+	l := dlock.New(c)
+	defer l.Close()
+	k, err := l.TryAcquire(ctx, "sem", dlock.WithLimit(3), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{5, 2} {
+		if err := l.SetLimit(ctx, "sem", n); err != nil {
+			t.Fatalf("SetLimit(%d): %v", n, err)
+		}
+	}
+	h := k.Detach()
+	c2 := s.Client()
+	defer c2.Close()
+	l2 := dlock.New(c2)
+	defer l2.Close()
+	opts := []dlock.LockOption{dlock.WithTTL(10 * time.Second), dlock.WithLimit(h.Limit)}
+	if _, err := l2.Adopt(ctx, h.Key, h.Token, opts...); err != nil {
+		t.Fatalf("Adopt of the permit (Handoff.Limit %d, the key's limit now 2): %v", h.Limit, err)
+	}
+}
