@@ -460,10 +460,8 @@ func scriptOf(cmds [][]any) string {
 	args := cmds[0]
 	name, _ := args[0].(string)
 	if len(args) > 1 {
-		if n, ok := scriptNames[args[1]]; ok {
+		if n, ok := scriptNames[argText(args[1])]; ok {
 			name = n
-		} else if s, ok := args[1].(string); ok && scriptNames[s] != "" {
-			name = scriptNames[s]
 		}
 	}
 	if len(cmds) > 1 {
