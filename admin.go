@@ -468,7 +468,11 @@ func (l *Locker) checkKey(key string) error {
 // and may meanwhile still act as the owner; fencing is the defence. It
 // returns how many nodes held the key, and an error if any node could not be
 // reached, wrapping ErrUnavailable (or ErrMisconfigured, if a node answered
-// with a permanent error) and each node's failure as *NodeError.
+// with a permanent error) and each node's failure as *NodeError. A key that
+// changes hands (or shape: shared holds, then a writer) while it runs, so
+// that each holder it read was gone before its release ran there, counts as
+// answered after three tries: the holders it read are gone, and the key
+// holds one that acquired during the call.
 func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := l.checkKey(key); err != nil {
 		return 0, err
@@ -476,40 +480,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
-			// Release with whatever value the key holds, so that the next
-			// waiter is woken as by a normal release. Try again if the
-			// value changed in between.
-			for range 3 {
-				v, err := c.Do(ctx, "get", nm.Lock())
-				if node.HasErrorPrefix(err, "WRONGTYPE") {
-					// A semaphore: release every permit.
-					ms, err := c.Do(ctx, "zrange", nm.Lock(), 0, -1)
-					if err != nil {
-						return 0, err
-					}
-					members, _ := ms.([]any)
-					var held int64
-					for _, m := range members {
-						n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false, nil)
-						if err != nil {
-							return held, err
-						}
-						held |= n
-					}
-					return held, nil
-				}
-				if err != nil {
-					return 0, err
-				}
-				if v == nil {
-					return 0, nil
-				}
-				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false, nil)
-				if err != nil || n == 1 {
-					return n, err
-				}
-			}
-			return 0, fmt.Errorf("the lock changed hands during the release, try again")
+			return l.forceNode(ctx, i, c, nm)
 		}),
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
@@ -531,4 +502,52 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		return deleted, l.nameCauses(o.wrap(class, fmt.Sprintf("force release %q: %d of %d nodes answered", key, o.ok, o.n)), DefaultTTL)
 	}
 	return deleted, nil
+}
+
+// forceNode releases, on node i, whatever the key holds (see
+// ForceRelease), as a normal release would, so that the next waiter is
+// woken: 1 if it released a holder.
+func (l *Locker) forceNode(ctx context.Context, i int, c node.Conn, nm *keys.Names) (int64, error) {
+	for range 3 {
+		v, err := c.Do(ctx, "get", nm.Lock())
+		if node.HasErrorPrefix(err, "WRONGTYPE") {
+			// A semaphore (or shared holds): release every permit.
+			held, err := l.forcePermits(ctx, i, c, nm)
+			if node.HasErrorPrefix(err, "WRONGTYPE") {
+				continue // a writer took the key meanwhile: read it again
+			}
+			return held, err
+		}
+		if err != nil {
+			return 0, err
+		}
+		if v == nil {
+			return 0, nil
+		}
+		n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false, nil)
+		if err != nil || n == 1 {
+			return n, err
+		}
+		// The holder read had released it: the key changed hands.
+	}
+	return 0, nil // the holders read are gone (see ForceRelease)
+}
+
+// forcePermits releases every permit of the semaphore (or shared hold)
+// key on node i; WRONGTYPE if the key is no longer one.
+func (l *Locker) forcePermits(ctx context.Context, i int, c node.Conn, nm *keys.Names) (int64, error) {
+	ms, err := c.Do(ctx, "zrange", nm.Lock(), 0, -1)
+	if err != nil {
+		return 0, err
+	}
+	members, _ := ms.([]any)
+	var held int64
+	for _, m := range members {
+		n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false, nil)
+		if err != nil {
+			return held, err
+		}
+		held |= n
+	}
+	return held, nil
 }

@@ -198,13 +198,33 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, results []quorum.
 }
 
 // regain sets the key on the given nodes, where it was just found free,
-// after a quorum confirmed the lock (see extend.lua).
+// after a quorum confirmed the lock (see extend.lua). It sends nothing if
+// the lock ended first; otherwise, until its round is recorded, each node's
+// command counts as one whose effect is unknown, so that a Release that
+// begins meanwhile (it takes no ops slot) buries the token there: a regain
+// that reaches a node after the release set nothing.
 func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []int) {
+	k.mu.Lock()
+	if !k.alive() {
+		k.mu.Unlock()
+		return
+	}
+	for _, i := range free {
+		k.nodes[i].unknown++
+	}
+	k.mu.Unlock()
 	start := time.Now()
 	results, _, recorded, again := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	for _, i := range free {
+		k.nodes[i].unknown--
+	}
 	k.recordRound(results, free, start.Add(ttl-drift(ttl)), again)
+	if k.answered != nil && !k.pendingFromLive() {
+		close(k.answered) // a Release waits for the answers (see awaitAnswers)
+		k.answered = nil
+	}
 	close(recorded)
 	if k.alive() {
 		k.validUntil = k.computeValidity()

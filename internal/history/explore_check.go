@@ -278,7 +278,7 @@ func (x *exploreRun) checkLosses() {
 		// (A node that missed the renewals for a TTL lets the key expire,
 		// and then says it no longer holds it.)
 		recent := h.lost - int64(h.ttl) - int64(time.Second)
-		if x.excused(h.key, h.slot, h.gen, h.begin, h.lost) || x.slotTroubled(h.slot, h.key, recent, h.lost) || x.byOtherShape(h) || x.raced(h) {
+		if x.excused(h.key, h.slot, h.gen, h.asked, h.lost) || x.slotTroubled(h.slot, h.key, recent, h.lost) || x.byOtherShape(h) || x.raced(h) {
 			continue
 		}
 		x.report("lost untrue", h.lost, h.key, []*hold{h}, "%s lost at %s (no quorum holds it) with no fault, Close or ForceRelease to end it", h, x.since(h.lost))
@@ -300,7 +300,7 @@ func (x *exploreRun) byOtherShape(h *hold) bool {
 func (x *exploreRun) judge(c *claim) {
 	closed := x.ix.closedBy(c.slot, c.gen, c.end)
 	// (The caller's own deadline ends a call as a node's silence does.)
-	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !closed && !x.suspected(c) && !c.ctxEnded {
+	if isErr(c.err, dlock.ErrUnavailable) && !c.troubled && !c.lateTrouble() && !closed && !x.suspected(c) && !c.ctxEnded {
 		x.report("ErrUnavailable untrue", c.end, c.key, c.holds(), "%s %q (%s) on slot %d: ErrUnavailable though every node answered it: %v", c.op, c.key, c.shape, c.slot, c.err)
 	}
 	if isErr(c.err, dlock.ErrMisconfigured) && x.falseMisconfigured(c) {
@@ -377,7 +377,9 @@ func (x *exploreRun) judgeHeld(c *claim) {
 	if !notHeld || c.lostBefore || c.vu < c.end+int64(60*time.Millisecond) || c.h == nil {
 		return
 	}
-	if x.excused(c.key, c.slot, c.gen, c.h.begin, c.end) || x.byOtherShape(c.h) || x.raced(c.h) {
+	// (From the acquisition's start: a ForceRelease may meet the grant
+	// before the call returns it, AcquireAll's long before.)
+	if x.excused(c.key, c.slot, c.gen, c.h.asked, c.end) || x.byOtherShape(c.h) || x.raced(c.h) {
 		return
 	}
 	x.report("ErrNotHeld untrue", c.end, c.key, c.holds(), "%s of %s at %s, valid for %s more and not lost: %v", c.op, c.h, x.since(c.start),
@@ -401,7 +403,7 @@ func (x *exploreRun) judgeAdopt(c *claim) {
 	from := c.h
 	switch c.kind {
 	case "adopt other shape":
-		if c.ok {
+		if c.ok && !x.limitInPlay(c) {
 			x.report("shape", c.end, c.key, c.holds(), "Adopt of %s as a %s succeeded", from, c.shape)
 		}
 	case "adopt released":

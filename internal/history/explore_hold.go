@@ -136,6 +136,7 @@ type claim struct {
 	parent     context.Context // the caller's context (see ctx)
 	ctxEnded   bool            // the caller's deadline had passed when the call returned
 	vu         int64           // the hold's ValidUntil when the call began
+	sentAtEnd  int32           // its commands sent when it returned (see lateTrouble)
 	lostBefore bool            // its Lost had closed when the call began
 	ok         bool
 }
@@ -267,7 +268,8 @@ func (x *exploreRun) after(c *claim, err error) {
 	c.ctxEnded = c.parent != nil && errors.Is(c.parent.Err(), context.DeadlineExceeded)
 	if c.tr != nil {
 		// (An answer that came after the call returned was not waited for.)
-		c.troubled = c.tr.bad.Load() || c.tr.sent.Load() != c.tr.answered.Load() || c.tr.last.Load() > c.end
+		c.sentAtEnd = c.tr.sent.Load()
+		c.troubled = c.tr.bad.Load() || c.sentAtEnd != c.tr.answered.Load() || c.tr.last.Load() > c.end
 		x.mu.Lock()
 		c.troubled = c.troubled || x.globalDuring(c.start, c.end)
 		x.mu.Unlock()
@@ -277,6 +279,15 @@ func (x *exploreRun) after(c *claim, err error) {
 	x.mu.Lock()
 	x.claims = append(x.claims, c)
 	x.mu.Unlock()
+}
+
+// lateTrouble reports, once the run is over, a call troubled by what
+// happened to its commands after it returned: one that the library had
+// not sent yet when the call gave up on its node (a round's command waits
+// for a goroutine of its node: on a loaded machine it may start after the
+// round's deadline), or an answer that came after the return.
+func (c *claim) lateTrouble() bool {
+	return c.tr != nil && (c.tr.sent.Load() != c.sentAtEnd || c.tr.last.Load() > c.end || c.tr.bad.Load())
 }
 
 // wait sleeps d, or until Lost or Asked closes or the run stops: it reports

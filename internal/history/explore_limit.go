@@ -90,10 +90,11 @@ func (x *exploreRun) settled(t int64) (n int, when int64, ok bool) {
 }
 
 // anchored reports whether one anchor was held (guaranteed) through
-// [from, to].
+// [from, to], and no server lost its data since it was granted (its
+// permit may have gone with the data).
 func (x *exploreRun) anchored(from, to int64) bool {
 	for _, h := range x.ix.anchors {
-		if h.begin <= from && h.gEnd() >= to {
+		if h.begin <= from && h.gEnd() >= to && !x.dataLost(h.asked, to) {
 			return true
 		}
 	}
@@ -146,3 +147,33 @@ func (x *exploreRun) limitsIn(from, to int64) int {
 
 // isLimitErr tells the errors of a limit mismatch.
 func isLimitErr(err error) bool { return isErr(err, dlock.ErrMisconfigured) }
+
+// limitInPlay reports an Adopt of kSem with another limit than its hold's
+// that may rightly succeed: a limit that SetLimit may have stored on a
+// quorum of the nodes during the call, or the old limit of a change
+// recorded there (adopt.lua takes a permit asked with the old limit of
+// the last change as one of the new). Those are the limits of the last
+// two changes that returned nil before the call, and of every change
+// begun between the first of them and the call's end (nil or not: a
+// failed change may have reached nodes); semFirst, before two changes
+// returned.
+func (x *exploreRun) limitInPlay(c *claim) bool {
+	if c.key != kSem || c.shape.shared || c.h == nil || c.h.shape.shared {
+		return false
+	}
+	from, oks := int64(0), 0
+	for i := len(x.limits) - 1; i >= 0 && oks < 2; i-- {
+		if l := x.limits[i]; l.ok && l.end <= c.start {
+			from, oks = l.start, oks+1
+		}
+	}
+	if oks < 2 && c.shape.limit == semFirst {
+		return true
+	}
+	for _, l := range x.limits {
+		if l.start >= from && l.start <= c.end && l.n == c.shape.limit {
+			return true
+		}
+	}
+	return false
+}

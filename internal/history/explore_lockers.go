@@ -228,7 +228,9 @@ func (x *exploreRun) serverFault(rnd *rand.Rand) {
 	if rnd.IntN(15) == 0 || x.sab.restarts() && rnd.IntN(3) == 0 {
 		kind = fRestart
 		_ = srv.Kill()
-		x.sleep(maxTTL + 200*time.Millisecond)
+		// The whole time, also when the run stops meanwhile: a server
+		// restarted sooner would forget holds that are still valid.
+		time.Sleep(maxTTL + 200*time.Millisecond)
 		for srv.Restart() != nil {
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -179,15 +179,27 @@ func (x *exploreRun) handOver(g *holding, rnd *rand.Rand, depth int, wrong bool)
 	if l == nil {
 		return
 	}
+	sh := handoffShape(h, g.h.shape)
 	if wrong {
-		if g2 := x.adopt(rnd, s, l, gen, h, wrongShape(rnd, g.h.shape), g.h, "adopt other shape"); g2 != nil {
+		if g2 := x.adopt(rnd, s, l, gen, h, wrongShape(rnd, sh), g.h, "adopt other shape"); g2 != nil {
 			x.hold(g2, rnd, depth+1)
 			return
 		}
 	}
-	if g2 := x.adopt(rnd, s, l, gen, h, g.h.shape, g.h, "adopt live"); g2 != nil {
+	if g2 := x.adopt(rnd, s, l, gen, h, sh, g.h, "adopt live"); g2 != nil {
 		x.hold(g2, rnd, depth+1)
 	}
+}
+
+// handoffShape is the shape a Handoff names (what an adopter passes to
+// Adopt: a permit's limit is the one its Lock holds, which SetLimit may
+// have moved from the one its acquisition asked for), or sh for a Handoff
+// without a token.
+func handoffShape(h dlock.Handoff, sh shape) shape {
+	if h.Token == "" {
+		return sh
+	}
+	return shape{limit: h.Limit, shared: h.Shared}
 }
 
 // hold runs a hold's body, then finishes it.
@@ -525,7 +537,7 @@ func (x *exploreRun) opRace(rnd *rand.Rand) {
 		g.h.detachWon = isErr(cause, dlock.ErrLockLost) && !isErr(cause, dlock.ErrClosed)
 		g.h.mu.Unlock()
 		if s2, l2, gen2 := x.pick(rnd, s); l2 != nil {
-			g2 = x.adopt(rnd, s2, l2, gen2, h, sh, g.h, "adopt live")
+			g2 = x.adopt(rnd, s2, l2, gen2, h, handoffShape(h, sh), g.h, "adopt live")
 		}
 		return nil
 	}, sh.opts(ttl)...)

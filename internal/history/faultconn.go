@@ -148,6 +148,16 @@ func (c *faultConn) exec(ctx context.Context, cmds [][]any, multi bool) []node.R
 			bad = true
 		}
 	}
+	// An answer that came after the command's deadline (its round's) was
+	// not an answer within the call: the library counted the node as
+	// silent, whatever the reply said.
+	dl, ok := quorum.RoundDeadline(ctx)
+	if !ok {
+		dl, ok = ctx.Deadline()
+	}
+	if ok && time.Now().After(dl) {
+		bad = true
+	}
 	if tr != nil {
 		if bad {
 			tr.bad.Store(true)
@@ -437,7 +447,8 @@ var scriptNames = func() map[any]string {
 		"shared.lua": script.Shared, "release.lua": script.Release, "extend.lua": script.Extend, "raise.lua": script.Raise,
 		"lock.lua": script.Lock, "unlock.lua": script.Unlock, "renew.lua": script.Renew, "time.lua": script.Time,
 		"adopt.lua": script.Adopt, "asked.lua": script.Asked, "prefer.lua": script.Prefer, "setlimit.lua": script.SetLimit,
-		"proclaim.lua": script.Proclaim, "elected.lua": script.Elected, "keepterms.lua": script.KeepTerms} {
+		"proclaim.lua": script.Proclaim, "elected.lua": script.Elected, "keepterms.lua": script.KeepTerms,
+		"limitstate.lua": script.LimitState, "bury.lua": script.Bury} {
 		m[s.SHA()], m[s.Source()] = name, name
 	}
 	return m
@@ -449,10 +460,8 @@ func scriptOf(cmds [][]any) string {
 	args := cmds[0]
 	name, _ := args[0].(string)
 	if len(args) > 1 {
-		if n, ok := scriptNames[args[1]]; ok {
+		if n, ok := scriptNames[argText(args[1])]; ok {
 			name = n
-		} else if s, ok := args[1].(string); ok && scriptNames[s] != "" {
-			name = scriptNames[s]
 		}
 	}
 	if len(cmds) > 1 {

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -132,6 +133,13 @@ func (x *exploreRun) noteSent(s, n int, cmds [][]any, kind string) {
 	text := scriptOf(cmds)
 	if k, ok := node0Int(args); ok && len(args) > 3+k {
 		text += fmt.Sprintf(" %v", args[3+k])
+		// The token, where it is not the first argument.
+		for _, a := range args[4+k:] {
+			if s, ok := a.(string); ok && len(s) == 32 && strings.Trim(s, "0123456789abcdef") == "" {
+				text += " " + s
+				break
+			}
+		}
 	}
 	if kind != "" {
 		text += " [" + kind + "]"
@@ -182,8 +190,13 @@ func callers() string {
 }
 
 // checkDeadTokens (with MONITOR): no server sets a key to a token after
-// its hold was released (Release returned nil): a dead token would hold
-// the key. The servers' own record, not the library's.
+// its hold was released (Release returned nil) once it ran a release of
+// that token (the release buries the token where a command of the hold
+// may still run: such a command, run after it, is refused); and a key set
+// to a dead token by a command that ran before the release reached that
+// node (a command sent before the release, on a node that the Release did
+// not wait for) is cleared within deadTokenBound. The servers' own record,
+// not the library's.
 func (x *exploreRun) checkDeadTokens() {
 	if !x.monitoring {
 		return
@@ -197,20 +210,80 @@ func (x *exploreRun) checkDeadTokens() {
 	x.mon.mu.Lock()
 	lines := x.mon.lines
 	x.mon.mu.Unlock()
+	type nodeToken struct {
+		node  int
+		token string
+	}
+	released := map[nodeToken]int64{} // the first release of the token a node ran after its Release began
 	seen := map[string]bool{}
-	for _, l := range lines {
-		i := strings.Index(l.text, `[0 lua] "SET" "dlock:{`)
-		if i < 0 || strings.Contains(l.text, `"NX"`) {
+	for j, l := range lines {
+		if !strings.Contains(l.text, "[0 lua]") && (strings.Contains(l.text, "release.lua") || strings.Contains(l.text, "unlock.lua")) {
+			for _, q := range hexToken.FindAllString(l.text, -1) {
+				tok := strings.Trim(q, `"`)
+				if h := freed[tok]; h != nil && l.at >= h.end {
+					if _, ok := released[nodeToken{l.node, tok}]; !ok {
+						released[nodeToken{l.node, tok}] = l.at
+					}
+				}
+			}
 			continue
 		}
-		f := strings.Fields(l.text[i:])
-		if len(f) < 5 {
+		tok := setToken(l.text)
+		h := freed[tok]
+		if h == nil || l.at <= h.free || seen[tok] {
 			continue
 		}
-		tok := strings.Trim(f[4], `"`)
-		if h := freed[tok]; h != nil && l.at > h.free && !seen[tok] {
+		if r, ok := released[nodeToken{l.node, tok}]; ok && r < l.at {
 			seen[tok] = true
-			x.report("dead token", l.at, h.key, []*hold{h}, "node %d set %q to the token of %s %s after its Release returned nil", l.node, h.key, h, time.Duration(l.at-h.free).Round(time.Millisecond))
+			x.report("dead token", l.at, h.key, []*hold{h}, "node %d set %q to the token of %s %s after its Release returned nil, after it ran a release of it", l.node, h.key, h, time.Duration(l.at-h.free).Round(time.Millisecond))
+			continue
+		}
+		if until, cleared := x.clearedAfter(lines[j+1:], l.node, h.key, tok, l.at); !cleared {
+			seen[tok] = true
+			x.report("dead token", l.at, h.key, []*hold{h}, "node %d set %q to the token of %s %s after its Release returned nil, not cleared by %s", l.node, h.key, h, time.Duration(l.at-h.free).Round(time.Millisecond), x.since(until))
 		}
 	}
+}
+
+// hexToken is a token in a line of MONITOR.
+var hexToken = regexp.MustCompile(`"[0-9a-f]{32}"`)
+
+// deadTokenBound is how soon a dead token that a command sent before its
+// release set must be cleared: the clean-up runs once that command's
+// answer came (or as soon as the node answers again), with room for a
+// loaded machine.
+const deadTokenBound = 2 * time.Second
+
+// setToken is the token a line sets a lock key to (a script's SET, not a
+// SET NX: an acquisition's first grant), or "".
+func setToken(text string) string {
+	i := strings.Index(text, `[0 lua] "SET" "dlock:{`)
+	if i < 0 || strings.Contains(text, `"NX"`) {
+		return ""
+	}
+	f := strings.Fields(text[i:])
+	if len(f) < 5 {
+		return ""
+	}
+	return strings.Trim(f[4], `"`)
+}
+
+// clearedAfter reports whether node cleared key of token within
+// deadTokenBound of at (lines are what the servers ran after): deleted it,
+// or set it to another value; a run that ended sooner counts as cleared.
+func (x *exploreRun) clearedAfter(lines []monLine, node int, key, token string, at int64) (int64, bool) {
+	until := at + int64(deadTokenBound)
+	self := `"dlock:{` + key + `}"`
+	for _, l := range lines {
+		if l.at > until {
+			return until, false
+		}
+		if l.node != node || !strings.Contains(l.text, "[0 lua]") || !strings.Contains(l.text, self) {
+			continue
+		}
+		if strings.Contains(l.text, `"DEL"`) || strings.Contains(l.text, `"SET"`) && !strings.Contains(l.text, token) {
+			return until, true
+		}
+	}
+	return until, true // the run ended first
 }

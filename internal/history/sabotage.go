@@ -48,12 +48,14 @@ var Sabotages = map[string]struct {
 	}},
 	// A semaphore grants one permit over its limit.
 	"limit check off by one": {[]string{"limit"}, []plant{
-		{s: script.Semaphore, old: []string{"(resv and live <= limit) or live < limit)"}, new: "(resv and live <= limit + 1) or live < limit + 1)"},
+		{s: script.Semaphore, old: []string{"(resv and live <= limit) or live < limit then"}, new: "(resv and live <= limit + 1) or live < limit + 1 then"},
 	}},
 	// Adopt takes a hold in any shape.
 	"Adopt without the shape check": {[]string{"shape"}, []plant{
 		{s: script.Adopt, old: []string{"if live >= cap or (live > 0 and held and held ~= ARGV[5]) then"}, new: "if false then"},
 		{s: script.Adopt, old: []string{"if ty ~= 'zset' and ty ~= 'none' then"}, new: "if false then", optional: true},
+		// adopt.lua's own check of the key's type and stored limit.
+		{s: script.Adopt, old: []string{"if limit ~= '1' then"}, new: "if false then", optional: true},
 	}},
 	// Close releases the locks its Locker detached (planted by the harness):
 	// an Adopt after it fails, or the adopter loses its hold, or another
@@ -116,20 +118,33 @@ func (x *exploreRun) sabotaged(args []any) []any {
 		return args
 	}
 	name, _ := args[0].(string)
+	arg := argText(args[1])
 	var src string
 	var ok bool
 	switch strings.ToLower(name) {
 	case "evalsha":
-		src, ok = x.sab.bySHA[args[1]]
+		src, ok = x.sab.bySHA[arg]
 	case "eval":
-		s, _ := args[1].(string)
-		src, ok = x.sab.bySrc[s]
+		src, ok = x.sab.bySrc[arg]
 	}
 	if !ok {
 		return args
 	}
 	out := append([]any{"eval", src}, args[2:]...)
 	return out
+}
+
+// argText is a command's argument as text: a script's SHA1 or source,
+// also where the library put an argument that counts its copies
+// (node.Copies: its String counts nothing) in its place.
+func argText(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case fmt.Stringer:
+		return v.String()
+	}
+	return ""
 }
 
 func sabotagedAll(x *exploreRun, cmds [][]any) [][]any {

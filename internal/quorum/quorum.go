@@ -719,6 +719,9 @@ func roundContexts(parent context.Context, deadline time.Time) (ctx, callCtx con
 		return ctx, ctx, cancel
 	}
 	callCtx, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	if WrapConn != nil {
+		callCtx = context.WithValue(callCtx, roundDeadlineKey{}, deadline)
+	}
 	context.AfterFunc(ctx, func() {
 		if d := time.Until(deadline); d > 0 {
 			time.AfterFunc(d, cancelCalls)

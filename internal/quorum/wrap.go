@@ -1,6 +1,11 @@
 package quorum
 
-import "github.com/dlock-dev/dlock/internal/node"
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/node"
+)
 
 // WrapConn, when not nil, wraps each node.Conn through which a Node sends
 // its commands (the node's, its workers' and each bounded copy's), given
@@ -16,4 +21,18 @@ func (n *Node) wrap(c node.Conn) node.Conn {
 		return c
 	}
 	return WrapConn(n, c)
+}
+
+// roundDeadlineKey is the key of a round's deadline in the context of its
+// calls, set only while WrapConn is (see RoundDeadline).
+type roundDeadlineKey struct{}
+
+// RoundDeadline is the deadline of the Fanout round that a command's ctx
+// belongs to: a round's calls run on a context that ends at that deadline
+// but does not report it (see roundContexts), so that a wrapper (WrapConn)
+// can tell an answer that came after it, which the round did not count.
+// Set only while WrapConn is: it costs the rounds nothing otherwise.
+func RoundDeadline(ctx context.Context) (time.Time, bool) {
+	d, ok := ctx.Value(roundDeadlineKey{}).(time.Time)
+	return d, ok
 }
