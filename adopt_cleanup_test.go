@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -68,13 +67,8 @@ func (h *lostAdoptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // it. Before, the clean-up, run after the second Adopt, deleted the key
 // under the adopter: the next TryAcquire got it while the adopter's
 // ValidUntil was seconds ahead (two holders).
-//
-// It fails on main (handoff.go's clean-up of a failed Adopt, the lead's to
-// fix): it is skipped until then (remove the Skip with the fix).
+
 func TestAdoptAgainAfterLostReply(t *testing.T) {
-	if os.Getenv("DLOCK_KNOWN_DEFECTS") == "" {
-		t.Skip("a failed Adopt's clean-up ends a later Adopt of the token (handoff.go): set DLOCK_KNOWN_DEFECTS=1 to run")
-	}
 	s := dlocktest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -137,17 +131,10 @@ func TestAdoptAgainAfterLostReply(t *testing.T) {
 // TestAdoptAfterTwoLimitChanges: a permit acquired WithLimit(3) whose
 // semaphore's limit SetLimit changed twice (3 → 5 → 2) before the holder
 // detached it is adopted with what Detach's Handoff says (its Limit) and
-// becomes a permit of the current limit. Adopt's doc promises the
-// adoption of a permit whose limit SetLimit changed; adopt.lua accepts
-// only the last change's old limit (5), so the Handoff's 3 is refused as
+// becomes a permit of the current limit. Before, adopt.lua accepted only
+// the last change's old limit (5), so the Handoff's 3 was refused as
 // another shape: ErrNotHeld for a live hold.
-//
-// It fails on main (adopt.lua and handoff.go, the lead's to fix): skipped
-// until then.
 func TestAdoptAfterTwoLimitChanges(t *testing.T) {
-	if os.Getenv("DLOCK_KNOWN_DEFECTS") == "" {
-		t.Skip("Adopt after two SetLimit changes (adopt.lua): set DLOCK_KNOWN_DEFECTS=1 to run")
-	}
 	s := dlocktest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

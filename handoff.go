@@ -218,18 +218,17 @@ func (k *Lock) detachedError(verb string) error {
 // key or a token that is not 32 lowercase hex characters (the form of every
 // token dlock makes).
 //
-// On failure, Adopt leaves nothing that outlives what the hold had: a node
-// that refused it changed nothing (Adopt waits for every node that answers
-// before it fails, so that a hold in another shape is left as it was); one
-// that confirmed made the key live from then on, as a renewal would, and the
-// key is released there when that TTL would have run out anyway; a node
-// that did not answer may still run the command late (a frozen node that
-// resumes), so the token is buried there and the key released. A failed
-// Adopt therefore ends the hold where it confirmed or did not answer: a
-// second Adopt of the same token may fail with ErrNotHeld, and then the key
-// is free for others once the nodes that held it let go. An Adopt whose
-// command ran twice (a retry of the client) writes nothing more the second
-// time.
+// On failure, Adopt ends nothing: a node that refused it changed nothing
+// (Adopt waits for every node that answers before it fails, so that a hold
+// in another shape is left as it was); one that confirmed made the key live
+// at least its TTL from then, as a renewal would (never shorter than it
+// was), and one that did not answer may still do so when the command runs
+// late. So the hold, if it was live, stays so: another Adopt of the token
+// (a retry) may take it on, and nothing of the failed one ends that; if
+// nobody does, the key is free once that TTL runs out. Only when a quorum
+// said the token no longer holds the key (the hold is gone) are the nodes
+// that confirmed released, at once. An Adopt whose command ran twice (a
+// retry of the client) writes nothing more the second time.
 //
 // The token is the capability: Adopt does not exclude another Adopt of the
 // same token (two *Lock would then renew one hold, each believing it
@@ -319,6 +318,13 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 		k.limit, _ = strconv.Atoi(reply.Limit)
 		k.quorum = l.quorumFor(k.limit)
 	}
+	// Unless a quorum refused it (the hold is gone), a failed Adopt leaves
+	// the hold alone: it may be live, and another Adopt of its token (a
+	// retry) may take it on, whose hold a clean-up of this one would end.
+	o := l.ownerChecked(key, results, missing, k.quorum)
+	k.mu.Lock()
+	k.keep = o.class(ErrNotHeld) != ErrNotHeld
+	k.mu.Unlock()
 	free, err := k.settleRound(cfg.ttl, start, results, missing, func() { close(recorded) })
 	k.giveOps()
 	if err != nil {
@@ -327,11 +333,14 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 	if !agreed {
 		// A quorum holds the token, but no quorum tells one fence: the
 		// nodes that kept the grant's are gone (restarted empty, or down).
-		// The hold is not adopted, and what the round set is cleaned up.
+		// The hold is not adopted.
 		err := fmt.Errorf("%w: adopt %q: no quorum of nodes agrees on the hold's fence", ErrUnavailable, key)
 		k.markLost(err)
 		return nil, err
 	}
+	k.mu.Lock()
+	k.keep = false // adopted: its end cleans up as any lock's
+	k.mu.Unlock()
 	if !k.start(start) {
 		k.release(context.Background())
 		return nil, fmt.Errorf("%w: adopt %q", ErrClosed, key)

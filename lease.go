@@ -173,8 +173,8 @@ func (k *Lock) lateAnswer(i int, e effect) {
 // so that its holder keeps the time between Lost and the expiry to stop its
 // work; a released one at once. k.mu is held.
 func (k *Lock) cleanNode(i int, bury bool) {
-	if k.state == stateDetached {
-		return // see cleanIfDead
+	if k.state == stateDetached || k.keep {
+		return // see cleanIfDead; a failed Adopt's: see Adopt
 	}
 	at := time.Now()
 	if !k.relBegun {
