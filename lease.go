@@ -181,6 +181,7 @@ func (k *Lock) cleanNode(i int, bury bool) {
 		at = k.heldUntil().Add(2 * drift(k.ttl))
 	}
 	k.l.clean(i, k.names, k.Token(), k.ttl, bury, at, true)
+	k.nodes[i].released = true // the cleaner's release may run before a Release's
 }
 
 // heldUntil is the validity, or, when no quorum is known to hold the key
