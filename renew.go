@@ -240,6 +240,16 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 // recorded the right one down, the two that answer would disagree. It is
 // done unless the lock ended first (Detach included) or its Locker closed.
 func (k *Lock) recordFence(i int) {
+	k.inBackground(func(ttl, _ time.Duration) {
+		k.regain(k.l.renewCtx, ttl, k.l.nodeTimeout(ttl), []int{i})
+	})
+}
+
+// inBackground runs fn, a round of the lock that sets its TTL run in the
+// background (a renewal, recordFence), with the lock's TTL and the time its
+// validity has left, under the lock's ops slot and as a goroutine that
+// Close waits for; not once Close began, nor once the lock ended.
+func (k *Lock) inBackground(fn func(ttl, valid time.Duration)) {
 	l := k.l
 	if !l.join(&l.wg) {
 		return
@@ -249,11 +259,12 @@ func (k *Lock) recordFence(i int) {
 		return
 	}
 	defer k.giveOps()
-	if !k.held() {
-		return
+	k.mu.Lock()
+	alive, ttl, validUntil := k.alive(), k.ttl, k.validUntil
+	k.mu.Unlock()
+	if alive {
+		fn(ttl, time.Until(validUntil))
 	}
-	ttl := k.TTL()
-	k.regain(l.renewCtx, ttl, l.nodeTimeout(ttl), []int{i})
 }
 
 // fanout runs extend.lua on nodes (idx maps them to the Locker's nodes; nil
@@ -395,30 +406,15 @@ func (k *Lock) tick() {
 
 // renew is the auto-renewal, run by tick.
 func (k *Lock) renew() {
-	l := k.l
-	if !l.join(&l.wg) {
-		return
-	}
-	defer l.wg.Done()
-	if k.takeOps(l.renewCtx) != nil {
-		return
-	}
-	defer k.giveOps()
-	k.mu.Lock()
-	if !k.alive() {
-		k.mu.Unlock()
-		return
-	}
-	ttl, validUntil := k.ttl, k.validUntil
-	k.mu.Unlock()
-
 	// A renewal is worth waiting for until the current validity runs out (a
 	// slow but confirmed renewal still keeps the lock), one try of at most
 	// renewTry at a time; the round decides as soon as a quorum confirms,
 	// so a frozen minority does not slow it. Close cancels it.
-	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
-	defer cancel()
-	_ = k.extendRound(ctx, ttl, min(time.Until(validUntil), l.renewTry(ttl)))
+	k.inBackground(func(ttl, valid time.Duration) {
+		ctx, cancel := context.WithTimeout(k.l.renewCtx, valid)
+		defer cancel()
+		_ = k.extendRound(ctx, ttl, min(valid, k.l.renewTry(ttl)))
+	})
 }
 
 // renewTry bounds one try of a renewal of a lock with this TTL: a sixth of

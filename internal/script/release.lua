@@ -59,17 +59,14 @@
 -- #include clock.lua
 local INBOX, LISTENERS, TAG = ARGV[2], ARGV[7], ARGV[10] or ''
 -- #include wake.lua
+-- #include tomb.lua
 if ARGV[8] ~= '0' then
   -- The tombstone first, whatever the lock holds: the command it refuses
-  -- may come later still. Expired ones are dropped on the way.
-  local ty = redis.call('TYPE', KEYS[4])['ok']
-  if ty ~= 'zset' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[4] .. ' holds another type')
+  -- may come later still.
+  local bad = bury(KEYS[4], ARGV[1], ARGV[8])
+  if bad then
+    return bad
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', clock())
-  redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[8]), ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[4], last)
 end
 -- intentGone: the leaving waiter was a writer whose intent kept readers out.
 local intentGone = false
