@@ -110,23 +110,19 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	fs := newFlagSet("status")
 	var rf redisFlags
 	rf.register(fs, c)
-	asJSON := fs.Bool("json", false, "print JSON")
-	var watch bool
-	fs.BoolVar(&watch, "watch", false, "refresh until interrupted")
-	fs.BoolVar(&watch, "w", false, "refresh until interrupted")
-	interval := fs.Duration("interval", time.Second, "time between refreshes, with --watch")
+	var view viewFlags
+	view.register(fs)
+	asJSON, interval := &view.asJSON, &view.interval
 	held := fs.Bool("held", false, "exit 0 if the lock is held, 3 if it is free")
 	key, code := c.keyArg(fs, args)
 	if code >= 0 {
 		return code
 	}
-	intervalSet := flagSet(fs, "interval")
-	switch {
-	case *interval <= 0:
-		return c.usageError("status", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)
-	case intervalSet && !watch:
-		return c.usageError("status", "--interval goes with --watch: dlock status --watch --interval %s %s", *interval, key)
-	case *held && watch:
+	if code := view.check(c, fs, "status", " "+key); code >= 0 {
+		return code
+	}
+	watch := view.watch
+	if *held && watch {
 		return c.usageError("status", "--held answers once; it does not go with --watch")
 	}
 	t, code := c.open(ctx, "status", &rf)

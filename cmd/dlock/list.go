@@ -8,7 +8,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/dlock-dev/dlock"
 )
@@ -28,11 +27,9 @@ func (c *cli) list(ctx context.Context, args []string) int {
 	fs := newFlagSet("list")
 	var rf redisFlags
 	rf.register(fs, c)
-	asJSON := fs.Bool("json", false, "print JSON")
-	var watch bool
-	fs.BoolVar(&watch, "watch", false, "refresh until interrupted")
-	fs.BoolVar(&watch, "w", false, "refresh until interrupted")
-	interval := fs.Duration("interval", time.Second, "time between refreshes, with --watch")
+	var view viewFlags
+	view.register(fs)
+	asJSON, interval, watch := &view.asJSON, &view.interval, &view.watch
 	pos, code := c.positionals(fs, args)
 	if code >= 0 {
 		return code
@@ -44,11 +41,8 @@ func (c *cli) list(ctx context.Context, args []string) int {
 	if len(pos) == 1 && pos[0] != "" {
 		pattern = pos[0]
 	}
-	switch {
-	case *interval <= 0:
-		return c.usageError("list", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)
-	case flagSet(fs, "interval") && !watch:
-		return c.usageError("list", "--interval goes with --watch: dlock list --watch --interval %s", *interval)
+	if code := view.check(c, fs, "list", ""); code >= 0 {
+		return code
 	}
 	t, code := c.open(ctx, "list", &rf)
 	if t == nil {
@@ -66,7 +60,7 @@ func (c *cli) list(ctx context.Context, args []string) int {
 		return out, func(w io.Writer) { writeList(w, locks, out) }, err
 	}
 	report := func(err error, hint bool) int { return c.listFailure(t, err, hint) }
-	if watch {
+	if *watch {
 		w := watched{sub: "list", title: fmt.Sprintf("dlock list %q on %s", pattern, t.describe()), what: fmt.Sprintf("list %q", pattern),
 			report: report}
 		return c.watch(ctx, t, w, *asJSON, *interval, refresh)

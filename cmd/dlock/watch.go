@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -131,4 +132,30 @@ func (c *cli) watch(ctx context.Context, t *target, w watched, asJSON bool, ever
 		case <-tick.C:
 		}
 	}
+}
+
+// viewFlags are --json, --watch (-w) and --interval, of dlock status and
+// dlock list: how they show what they read.
+type viewFlags struct {
+	asJSON, watch bool
+	interval      time.Duration
+}
+
+func (v *viewFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&v.asJSON, "json", false, "print JSON")
+	fs.BoolVar(&v.watch, "watch", false, "refresh until interrupted")
+	fs.BoolVar(&v.watch, "w", false, "refresh until interrupted")
+	fs.DurationVar(&v.interval, "interval", time.Second, "time between refreshes, with --watch")
+}
+
+// check returns the exit status of a usage error of sub's view flags (args:
+// what follows them in the example of --interval), or -1.
+func (v *viewFlags) check(c *cli, fs *flag.FlagSet, sub, args string) int {
+	switch {
+	case v.interval <= 0:
+		return c.usageError(sub, "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", v.interval)
+	case flagSet(fs, "interval") && !v.watch:
+		return c.usageError(sub, "--interval goes with --watch: dlock %s --watch --interval %s%s", sub, v.interval, args)
+	}
+	return -1
 }
