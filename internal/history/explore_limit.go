@@ -161,6 +161,16 @@ func (x *exploreRun) limitInPlay(c *claim) bool {
 	if c.key != kSem || c.shape.shared || c.h == nil || c.h.shape.shared {
 		return false
 	}
+	// The limit the permit was granted with, which adopt.lua accepts
+	// whatever SetLimit did since (its "l:" entry): the first hold of the
+	// chain of Adopts.
+	first := c.h
+	for first.from != nil {
+		first = first.from
+	}
+	if first.op != "Adopt" && c.shape.limit == first.shape.limit {
+		return true
+	}
 	from, oks := int64(0), 0
 	for i := len(x.limits) - 1; i >= 0 && oks < 2; i-- {
 		if l := x.limits[i]; l.ok && l.end <= c.start {
