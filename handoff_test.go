@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -191,7 +192,9 @@ func TestAdoptNotHeld(t *testing.T) {
 	defer r.Release(ctx(t))
 	snapshot := func() string {
 		var b strings.Builder
-		for _, key := range c.Keys(ctx(t), "*").Val() {
+		keys := c.Keys(ctx(t), "*").Val()
+		sort.Strings(keys) // KEYS answers in no set order
+		for _, key := range keys {
 			b.WriteString(key + "=" + c.Dump(ctx(t), key).Val() + ";")
 		}
 		return b.String()
