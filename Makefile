@@ -23,21 +23,32 @@ build:
 # runs it for as long as asked); the explorer (internal/history's
 # TestExplore and TestExploreSabotage, and each extra's TestExplore) a few
 # seconds per topology and family, under a minute in all (make verify runs
-# it for as long as asked). The root package's tests also run against
-# the newest go-redis v9
-# (go.redis-latest.mod; go.mod requires the oldest supported one), with a
-# shorter history check, and without the tests that mostly wait for timers
-# (two election edges, the idle waiters' cost, the batched renewals on a
-# Redlock, a Cluster and a frozen Redis, and five of the sharded inbox's
-# fall-back, stand-in, reconnection and resumed-master cases: dlock's own
-# logic, the same with any go-redis), to keep make test within its time. TestHistory is a parallel
-# test, beside the others that mostly wait; the go-redis-latest pass runs 4
-# of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
-# machine), the first pass the default number, as cmd/dlock's timed tests
+# it for as long as asked). The root package's tests where the go-redis
+# version changes what dlock does (LATEST_TESTS below) also run against the
+# newest go-redis v9 (go.redis-latest.mod; go.mod requires the oldest
+# supported one), with a shorter history check, and internal/quorum's (the
+# client's call path) whole; the rest of the root package is dlock's own
+# logic, the same with any go-redis, and runs once, to keep make test
+# within its time. TestHistory is a parallel test, beside the others that
+# mostly wait; the go-redis-latest pass runs 4 of them at once (-parallel
+# 4; the default is GOMAXPROCS, 2 on the CI machine), the first pass the
+# default number, as cmd/dlock's timed tests
 # run alongside it there. Last, tools/testservers.sh runs the contract
 # suite, the history checker (5s a topology) and the fault tests of the
 # server's own behaviour on Valkey and Redis 8 (../shared/servers/, where
 # they exist: a developer's machine and CI; skipped, saying so, elsewhere).
+#
+# The root package's tests that run again on the newest go-redis (see
+# above): those where the go-redis version changes what dlock does, the
+# way a call reaches the client (inline or on a worker, its hooks, its
+# deadline, its retries and resends, a refused or frozen node), and the
+# contract suite and the history checker as a whole.
+LATEST_TESTS := TestContract|TestHistory|TestHook.*|TestHooksSeeEveryCommand|TestHandoffHook|TestLiveness.*|TestLifecycleRaces
+LATEST_TESTS := $(LATEST_TESTS)|TestAcquireUnreachable.*|TestUnreachableNamed|TestLateCopyOf.*|TestResentReleaseNotLost|TestSetLimitCopies
+LATEST_TESTS := $(LATEST_TESTS)|TestScriptsTwiceOnePublication|TestRaiseTwice|TestLateAnswerAfterCallerCancelled|TestLateSetDuringReleaseCleanedUp
+LATEST_TESTS := $(LATEST_TESTS)|TestLateRenewalOfLostLockCleanedUp|TestRetriedAcquireEndingInPoolTimeoutCleanedUp|TestTimedOutAcquireLeavesNoKey
+LATEST_TESTS := $(LATEST_TESTS)|TestClose.*|TestClosedClientError|TestRedlockM.*Frozen|TestLostBeforeExpiryFrozen|TestSentinel.*|TestClusterSlots|TestTLS.*|TestACL.*
+
 test: redis faketime
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
@@ -47,7 +58,8 @@ test: redis faketime
 		echo "cmd/dlock links the testing package or goleak"; exit 1; fi
 	DLOCK_HISTORY_DURATION=20s $(GO) test -race -count=1 -timeout 20m ./...
 	DLOCK_HISTORY_DURATION=5s $(GO) test -race -count=1 -timeout 20m -parallel 4 -modfile=go.redis-latest.mod \
-		-skip '^(TestElectionEdgeObserverStuckVacant|TestElectionEdgeObserverSameLeaderTwice|TestSharedIdleWaiters|TestRenewalsBatchCluster|TestRenewalsBatchRedlockFrozenNode|TestRenewalsBatchFrozen|TestShardedFallbackAfterConfirmed|TestShardedDeadRegistrationStoodIn|TestShardedFallbackNoShardedPubSub|TestShardedRefusedReconnect|TestShardedFrozenMasterResumes|TestDetachAdopt|TestSetLimitExclusion|TestSetLimitGrace|TestProclaim|TestServerFrozenUnderLoad|TestLinearizableLock)$$' . ./internal/quorum
+		-run '^($(LATEST_TESTS))$$' .
+	$(GO) test -race -count=1 -modfile=go.redis-latest.mod ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	GO=$(GO) ./tools/testmodules.sh
