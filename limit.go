@@ -437,8 +437,11 @@ type limitRetry struct {
 // bringing the nodes along to the last change of the limit (once) changed
 // one of them.
 func (r *limitRetry) again(ctx context.Context, l *Locker, key string, cfg *lockConfig, err error) bool {
-	var e *limitMismatchError
-	if err == nil || ctx.Err() != nil || !errors.As(err, &e) || cfg.limit < 2 || cfg.shared {
+	if err == nil || ctx.Err() != nil || cfg.limit < 2 || cfg.shared {
+		return false
+	}
+	var e *limitMismatchError // declared here: its address escapes, a heap allocation on every call before
+	if !errors.As(err, &e) {
 		return false
 	}
 	if e.moved >= 2 && e.moved != cfg.limit && r.moves < 2 {
