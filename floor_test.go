@@ -182,7 +182,7 @@ func TestFloorPairs(t *testing.T) {
 	if s := os.Getenv("DLOCK_FLOOR_DUR"); s != "" {
 		dur, _ = time.ParseDuration(s)
 	}
-	t.Logf("go-redis %s, copies keep hooks: %v", redis.Version(), dlock.CopiesKeepHooks())
+	t.Logf("go-redis %s, default clients inline: %v", redis.Version(), dlock.DefaultClientsInline())
 	for _, g := range gs {
 		ratios := make([][]float64, len(variants))
 		rates := make([][]float64, len(variants))
