@@ -30,15 +30,17 @@ import (
 // measures dlock against it by turns in the library's own module, so that
 // it runs on go-redis v9.7.3 (go.mod) and, with
 // -modfile=go.redis-latest.mod, on the newest one.
-var (
-	floorAcquire = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+const (
+	floorAcquireSrc = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local f = redis.call('INCR', KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, f}
 end
-return {0, redis.call('PTTL', KEYS[1])}`)
-	floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+return {0, redis.call('PTTL', KEYS[1])}`
+	floorReleaseSrc = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 )
+
+var floorAcquire, floorRelease = redis.NewScript(floorAcquireSrc), redis.NewScript(floorReleaseSrc)
 
 // floorVariant is one side of a pair: a process (one client, one Locker)
 // that takes and gives back a key.
@@ -321,7 +323,25 @@ func processCPU() int64 {
 
 // floorPrototypes are more variants for TestFloorPairs (prototypes of a
 // change, measured beside the floor).
-var floorPrototypes = []floorVariant{scriptsVariant(false), scriptsVariant(true)}
+var floorPrototypes = []floorVariant{scriptsVariant(false), scriptsVariant(true), noRenewVariant(false)}
+
+// noRenewVariant is dlock's Acquire with WithAutoRenew(false), then
+// Release: the lock's renewal left out (what the lifetime's timer costs).
+func noRenewVariant(ctxTimeout bool) floorVariant {
+	v := dlockVariant(ctxTimeout, false)
+	v.name += "-norenew"
+	v.new = func(c *redis.Client) (func(context.Context, string) error, func()) {
+		l := dlock.New(c)
+		return func(ctx context.Context, key string) error {
+			k, err := l.Acquire(ctx, key, dlock.WithAutoRenew(false))
+			if err != nil {
+				return err
+			}
+			return k.Release(ctx)
+		}, func() { _ = l.Close() }
+	}
+	return v
+}
 
 // quantile is the q-quantile of xs (nearest rank).
 func quantile(xs []float64, q float64) float64 {
@@ -338,4 +358,128 @@ func median(xs []float64) float64 {
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
+}
+
+// TestFloorScripts measures Redis' time per call of lock.lua and
+// unlock.lua, and of variants of them, against the floor's scripts: each
+// script alone, in pipelines of 100 calls on fresh keys, INFO
+// commandstats' usec per call, rounds interleaved. It runs only when
+// $DLOCK_FLOOR is set.
+func TestFloorScripts(t *testing.T) {
+	if os.Getenv("DLOCK_FLOOR") == "" {
+		t.Skip("set DLOCK_FLOOR=1 to measure")
+	}
+	srv := dlocktest.Start(t)
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	variants := append([]floorScriptVariant{
+		{"floor", floorAcquireSrc, floorReleaseSrc, func(k string) []string { return []string{"floor:{" + k + "}", "floor:{" + k + "}:fence"} },
+			[]any{"tok", 30000, 86400000}, func(k string) []string { return []string{"floor:{" + k + "}"} }},
+		{"dlock", script.Lock.Source(), script.Unlock.Source(), dlockLockKeys, []any{"tok", "30000", "86400000"}, dlockUnlockKeys},
+	}, floorScriptPrototypes...)
+	if s := os.Getenv("DLOCK_FLOOR_ONLY"); s != "" {
+		only := strings.Split(s, ",")
+		variants = slices.DeleteFunc(variants, func(v floorScriptVariant) bool { return !slices.Contains(only, v.name) })
+	}
+	usec := func() (calls, us float64) {
+		info := c.Info(ctx, "commandstats").Val()
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						us, _ = strconv.ParseFloat(v, 64)
+					}
+					if v, ok := strings.CutPrefix(f, "calls="); ok {
+						calls, _ = strconv.ParseFloat(v, 64)
+					}
+				}
+			}
+		}
+		return calls, us
+	}
+	const n = 20000
+	rounds := 7
+	if s := os.Getenv("DLOCK_FLOOR_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	res := make([][2][]float64, len(variants))
+	seq := 0
+	for r := range rounds {
+		for i, v := range variants {
+			lock, unlock := redis.NewScript(v.lock), redis.NewScript(v.unlock)
+			_ = lock.Load(ctx, c).Err()
+			_ = unlock.Load(ctx, c).Err()
+			for side, s := range []*redis.Script{lock, unlock} {
+				base := seq
+				c0, u0 := usec()
+				for b := 0; b < n; b += 100 {
+					pipe := c.Pipeline()
+					for j := b; j < b+100; j++ {
+						k := fmt.Sprintf("s%d-%d", r, base+j)
+						if side == 0 {
+							s.EvalSha(ctx, pipe, v.lockKeys(k), v.lockArgs...)
+						} else {
+							s.EvalSha(ctx, pipe, v.unlockKeys(k), "tok")
+						}
+					}
+					if _, err := pipe.Exec(ctx); err != nil {
+						t.Fatal(v.name, err)
+					}
+				}
+				c1, u1 := usec()
+				res[i][side] = append(res[i][side], (u1-u0)/(c1-c0))
+			}
+			seq += n
+		}
+	}
+	for i, v := range variants {
+		t.Logf("%-24s lock %.2f µs, unlock %.2f µs, pair %.2f µs (medians of %d rounds)", v.name, median(res[i][0]), median(res[i][1]),
+			median(res[i][0])+median(res[i][1]), rounds)
+	}
+}
+
+// floorScriptVariant is a pair of scripts for TestFloorScripts.
+type floorScriptVariant struct {
+	name         string
+	lock, unlock string
+	lockKeys     func(k string) []string
+	lockArgs     []any
+	unlockKeys   func(k string) []string
+}
+
+// dlockLockKeys and dlockUnlockKeys are lock.lua's and unlock.lua's keys.
+func dlockLockKeys(k string) []string {
+	return []string{"dlock:{" + k + "}", "dlock:{" + k + "}:fence", "dlock:{" + k + "}:dead"}
+}
+
+func dlockUnlockKeys(k string) []string {
+	return []string{"dlock:{" + k + "}:waiters", "dlock:{" + k + "}"}
+}
+
+// floorScriptPrototypes are variants of lock.lua and unlock.lua for
+// TestFloorScripts.
+var floorScriptPrototypes []floorScriptVariant
+
+func init() {
+	src := script.Lock.Source()
+	cut := func(name, old, new string) {
+		if !strings.Contains(src, old) {
+			panic(name)
+		}
+		floorScriptPrototypes = append(floorScriptPrototypes, floorScriptVariant{name, strings.Replace(src, old, new, 1), script.Unlock.Source(),
+			dlockLockKeys, []any{"tok", "30000", "86400000"}, dlockUnlockKeys})
+	}
+	cut("no-validation", `if c and (not string.match(c, '^[1-9]%d*$') or (#c == 19 and c >= '9223372036854775807') or #c > 19) then`, `if false then`)
+	cut("no-zscore", `local d = redis.call('ZSCORE', KEYS[3], token)`, `local d = false`)
+	cut("no-header", src[:strings.Index(src, "local token = ARGV[1]")], "")
+	floorScriptPrototypes = append(floorScriptPrototypes, floorScriptVariant{"set-incr-time", `local t = redis.call('TIME')
+local d = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local f = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, f}
+end
+return {0, redis.call('PTTL', KEYS[1])}`, script.Unlock.Source(), dlockLockKeys, []any{"tok", "30000", "86400000"}, dlockUnlockKeys})
+	floorScriptPrototypes = append(floorScriptPrototypes, floorScriptVariant{"empty", `return {1, '1'}`, `return 1`, dlockLockKeys, []any{"tok", "30000", "86400000"}, dlockUnlockKeys})
 }
