@@ -11,9 +11,9 @@
 // the client's hooks: the copy's own where it keeps them (see
 // withTimeoutKeepsHooks), else the copy run through a Conn of the client
 // (see hookedCopy). Any other call runs on a worker goroutine, and the
-// caller stops waiting at the deadline. The abandoned call finishes in the background when go-redis
-// gives up, and its result is handed to a late handler so that, for
-// example, a lock it set after all can be released.
+// caller stops waiting at the deadline. The abandoned call finishes in the
+// background when go-redis gives up, and its result is handed to a late
+// handler so that, for example, a lock it set after all can be released.
 package quorum
 
 import (
@@ -332,10 +332,11 @@ func (n *Node) workerClient() redis.UniversalClient {
 // would be hidden from the application's tracing and metrics hooks, so such
 // a copy is used only through the client's hooks (see hookedCopy), and
 // where that cannot be done either, calls on clients that do not honour ctx
-// deadlines run on a worker. Found out once, without a network and without a word in the log:
-// a command on a context that is already cancelled goes through the hooks,
-// and then the pool refuses it before dialing (a dialer that failed instead
-// would have newer go-redis versions retry and log the failure).
+// deadlines run on a worker. Found out once, without a network and without
+// a word in the log: a command on a context that is already cancelled goes
+// through the hooks, and then the pool refuses it before dialing (a dialer
+// that failed instead would have newer go-redis versions retry and log the
+// failure).
 var withTimeoutKeepsHooks = sync.OnceValue(probeKeepsHooks)
 
 func probeKeepsHooks() bool {
