@@ -1,7 +1,7 @@
 # dlock: see README.md.
 GO ?= go
 
-.PHONY: all build test test-lib demo bench redis vet fuzz soak reliability release-check release-prepare
+.PHONY: all build test test-lib demo bench redis faketime vet fuzz soak verify reliability release-check release-prepare
 
 all: build
 
@@ -9,7 +9,8 @@ build:
 	$(GO) build ./...
 
 # Make sure redis-server is there (installed from Debian's package when
-# missing and running as root), then vet and run every test under the race
+# missing and running as root), and libfaketime for the clock-fault tests
+# (likewise; they are skipped without it), then vet and run every test under the race
 # detector against real redis-server processes started by the tests.
 # The CLI is vetted for macOS too, the library is built for Windows, and
 # the CLI must not link test helpers; the allocation check runs once more
@@ -19,7 +20,10 @@ build:
 # -race), three modules at once (tools/testmodules.sh); examples/' test
 # runs each program against a redis-server.
 # The history check runs 20s per topology in the first pass (make history
-# runs it for as long as asked). The root package's tests also run against
+# runs it for as long as asked); the explorer (internal/history's
+# TestExplore and TestExploreSabotage, and each extra's TestExplore) a few
+# seconds per topology and family, under a minute in all (make verify runs
+# it for as long as asked). The root package's tests also run against
 # the newest go-redis v9
 # (go.redis-latest.mod; go.mod requires the oldest supported one), with a
 # shorter history check, and without the tests that mostly wait for timers
@@ -30,8 +34,11 @@ build:
 # test, beside the others that mostly wait; the go-redis-latest pass runs 4
 # of them at once (-parallel 4; the default is GOMAXPROCS, 2 on the CI
 # machine), the first pass the default number, as cmd/dlock's timed tests
-# run alongside it there.
-test: redis
+# run alongside it there. Last, tools/testservers.sh runs the contract
+# suite, the history checker (5s a topology) and the fault tests of the
+# server's own behaviour on Valkey and Redis 8 (../shared/servers/, where
+# they exist: a developer's machine and CI; skipped, saying so, elsewhere).
+test: redis faketime
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./cmd/...
 	GOOS=windows $(GO) build . ./fenced
@@ -44,6 +51,7 @@ test: redis
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	GO=$(GO) ./tools/testmodules.sh
+	GO=$(GO) ./tools/testservers.sh
 
 # The library alone (the root package, fenced, dlocktest, internal/...),
 # vetted and tested under the race detector once, against the go-redis of
@@ -52,7 +60,8 @@ test-lib: redis
 	$(GO) vet . ./fenced ./dlocktest ./internal/...
 	$(GO) test -race -count=1 . ./fenced ./dlocktest ./internal/...
 
-# The main job: start local redis-servers and show the lock at work.
+# The main job: start local redis-servers and show the lock at work. It
+# installs redis-server when missing (as root on Debian), and nothing else.
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
@@ -76,10 +85,34 @@ endif
 # (acquisitions, faults by kind, violations: must be 0), also appended to
 # soak-summary.txt. SEED=N replays a schedule.
 DURATION ?= 10m
-soak: redis
+soak: redis faketime
 	DLOCK_HISTORY_DURATION=$(DURATION) DLOCK_HISTORY_SEED=$(SEED) DLOCK_HISTORY_SUMMARY=$(CURDIR)/soak-summary.txt \
 		$(GO) test -count=1 -timeout 0 -run '^TestHistory$$' -v . | grep -E 'history\.go|^(---|ok|FAIL)'
 	@cat soak-summary.txt
+
+# The explorer (internal/history/explore.go, docs/reliability.md): every
+# public call at random and at once, on Lockers shared by goroutines, under
+# command-level faults (replies lost, commands run twice or late, resets, a
+# Locker cut off from a master, a slow node) and server faults, checked on
+# the recorded history (exclusion, limits, fences, terms, the truth of
+# errors, liveness), for DURATION per topology (one Redis, Redlocks of 3
+# and 5 masters, a Cluster) and client family (go-redis; go-redis behind
+# proxies that reset connections and hold copies back; rueidis and
+# valkey-go, in their modules), instead of make test's few seconds. SEED=N
+# replays a schedule (the faults' and operations' order and targets; the
+# timings vary). One summary line per topology and family (operations,
+# faults by kind, violations by check: 0), also in verify-summary.txt;
+# VERIFY_LOG=FILE keeps every violation with its history, and
+# VERIFY_MONITOR=1 adds to each history what the servers ran (MONITOR).
+verify: redis
+	@rm -f verify-summary.txt; rc=0; \
+	export DLOCK_EXPLORE_DURATION=$(DURATION) DLOCK_EXPLORE_SEED=$(SEED) DLOCK_EXPLORE_SUMMARY=$(CURDIR)/verify-summary.txt \
+		DLOCK_EXPLORE_LOG=$(if $(VERIFY_LOG),$(abspath $(VERIFY_LOG))) DLOCK_EXPLORE_MONITOR=$(VERIFY_MONITOR); \
+	$(GO) test -count=1 -timeout 0 -run '^TestExplore$$' ./internal/history >verify.log 2>&1 || rc=1; \
+	for m in extra/dlockrueidis extra/dlockvalkey; do \
+		(cd $$m && $(GO) test -count=1 -timeout 0 -run '^TestExplore$$' .) >>verify.log 2>&1 || rc=1; \
+	done; \
+	cat verify-summary.txt; exit $$rc
 
 # The reliability suite (docs/reliability.md, Faults): the long forms of the
 # fault tests that make test runs short. RUNS times each (default 10): the
@@ -98,7 +131,7 @@ soak: redis
 RUNS ?= 10
 RELIABILITY_DURATION ?= 2m
 FAILOVER_RUNS ?= 2
-reliability: redis
+reliability: redis faketime
 	@DLOCK_RELIABILITY=1 $(GO) test -race -count=$(RUNS) -timeout 0 -v \
 		-run '^(TestClockForwardJump|TestClockBackwardJump|TestMissingScripting|TestMissingWait|TestClusterWithoutSpublish|TestOneShardCluster|TestLinearizableSelfTest|TestLinearizableLock|TestServerFrozenUnderLoad|TestServerRestartedUnderLoad)$$' . \
 		>reliability.log 2>&1; rc=$$?; \
@@ -145,5 +178,11 @@ release-prepare:
 		(cd $$(dirname $$m) && $(GO) mod edit -require=github.com/dlock-dev/dlock@$(VERSION)) || exit 1; \
 	done
 
+# redis-server, from Debian's package when missing (as root): nothing else.
 redis:
 	@./scripts/dev/ensure-redis.sh
+
+# Debian's libfaketime (package faketime), for the fault tests of a server's
+# clock, when missing (as root): make test, soak and reliability.
+faketime:
+	@./scripts/dev/ensure-faketime.sh

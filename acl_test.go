@@ -34,7 +34,8 @@ var aclPlainCommands = map[string]string{
 	"zcard":         "Status: the waiters",
 	"hgetall":       "Status: the metadata, the release requests kept (asked.go)",
 	"hget":          "a Locker that listens for release requests: the requests kept for its locks, at each subscription (asked.go: readRequests); Status: an election's count of terms (Leader.Transitions, admin.go)",
-	"zrange":        "Status (a semaphore's permits, WITHSCORES); ForceRelease of a semaphore",
+	"zrange":        "Status (a semaphore's permits, WITHSCORES; the waiting queue, WITHSCORES); ForceRelease of a semaphore",
+	"scan":          "List (list.go): the keys of the locks under the prefix, on every node and every master of a Cluster",
 	"time":          "Status: the server's clock, for the permits' TTLs",
 	"publish":       "the announcement of a vacancy (election.go) and of a proclaimed value (proclaim.go); a term's is elected.lua's",
 	"subscribe":     "waiting (inbox.go: the waiters' channel), Observe (election.go: the leader channel) and Lock.Asked (asked.go: the release requests' channel)",
@@ -134,20 +135,44 @@ func aclDenials(t testing.TB, addrs ...string) []string {
 	t.Helper()
 	var denials []string
 	for _, addr := range addrs {
-		admin := redis.NewClient(&redis.Options{Addr: addr})
-		entries, err := admin.ACLLog(context.Background(), 100).Result()
-		admin.Close()
-		if err != nil {
-			t.Fatalf("ACL LOG on %s: %v", addr, err)
-		}
-		for _, e := range entries {
-			if aclExempt[e.Object] {
+		for _, e := range aclLog(t, addr) {
+			if aclExempt[e["object"]] {
 				continue
 			}
-			denials = append(denials, fmt.Sprintf("%s: %s refused %s %q (%s) %d times", addr, e.Username, e.Reason, e.Object, e.Context, e.Count))
+			denials = append(denials, fmt.Sprintf("%s: %s refused %s %q (%s) %s times", addr, e["username"], e["reason"], e["object"], e["context"], e["count"]))
 		}
 	}
 	return denials
+}
+
+// aclLog returns the ACL LOG entries of the server at addr, each as its
+// fields' text. (go-redis v9.7's ACLLog refuses the client info of Valkey
+// 8 and Redis 8, which have fields it does not know.)
+func aclLog(t testing.TB, addr string) []map[string]string {
+	t.Helper()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	v, err := admin.Do(context.Background(), "acl", "log", "100").Result()
+	if err != nil {
+		t.Fatalf("ACL LOG on %s: %v", addr, err)
+	}
+	entries, _ := v.([]any)
+	var out []map[string]string
+	for _, e := range entries {
+		m := map[string]string{}
+		switch x := e.(type) {
+		case map[any]any:
+			for k, v := range x {
+				m[fmt.Sprint(k)] = fmt.Sprint(v)
+			}
+		case []any:
+			for i := 0; i+1 < len(x); i += 2 {
+				m[fmt.Sprint(x[i])] = fmt.Sprint(x[i+1])
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // refusedByACL reports whether err is Redis refusing a command, key or
@@ -330,8 +355,13 @@ func TestACLEveryFeature(t *testing.T) {
 		aclNoErr(t, "Extend", k.Extend(ctx(t), time.Minute))
 		st, err := b.Status(ctx(t), "job")
 		aclNoErr(t, "Status", err)
-		if !st.Held || st.Metadata != "host-a" || st.Waiters != 1 || st.Fence != k.Fence() {
+		if !st.Held || st.Metadata != "host-a" || st.Waiters != 1 || st.Fence != k.Fence() || len(st.Queue) != 1 {
 			t.Errorf("Status of the held lock: %+v", st)
+		}
+		locks, err := b.List(ctx(t), "jo*")
+		aclNoErr(t, "List", err)
+		if len(locks) != 1 || locks[0].Key != "job" || locks[0].Waiters != 1 {
+			t.Errorf("List: %+v", locks)
 		}
 		handoff(t, k, got, "the waiter") // woken by the release, through the inbox
 		st, err = a.Status(ctx(t), "job")
@@ -618,6 +648,11 @@ func TestACLEveryFeature(t *testing.T) {
 		if !st.Held || st.Metadata != "redlock" {
 			t.Errorf("Status on a Redlock: %+v", st)
 		}
+		locks, err := rb.List(ctx(t), "")
+		aclNoErr(t, "List on a Redlock", err)
+		if len(locks) != 1 || !locks[0].Held || locks[0].Key != "rl" {
+			t.Errorf("List on a Redlock: %+v", locks)
+		}
 		handoff(t, k, got, "the Redlock waiter")
 		k, err = ra.TryAcquire(ctx(t), "rl")
 		aclNoErr(t, "TryAcquire on a Redlock", err)
@@ -656,6 +691,11 @@ func TestACLEveryFeature(t *testing.T) {
 		if !st.Held || st.Metadata != "cluster" {
 			t.Errorf("Status on a Cluster: %+v", st)
 		}
+		locks, err := l.List(ctx(t), "on-*")
+		aclNoErr(t, "List on a Cluster", err)
+		if len(locks) != 1 || !locks[0].Held || locks[0].Key != "on-cluster" {
+			t.Errorf("List on a Cluster: %+v", locks)
+		}
 		handoff(t, k, got, "the Cluster waiter")
 		store := fenced.New(cc)
 		aclNoErr(t, "Store.Set on a Cluster", store.Set(ctx(t), "res", "v", 1))
@@ -670,4 +710,42 @@ func TestACLEveryFeature(t *testing.T) {
 		}
 		_ = k.Release(ctx(t))
 	})
+}
+
+// TestACLClientSetinfo backs docs/operations.md (Supported servers): on a
+// server that has CLIENT SETINFO (Redis 7.2 and later, Valkey), go-redis
+// names its connections with it, which the ACL line refuses (Redis 7.0's
+// ACL SETUSER does not know it): each connection leaves an ACL LOG entry,
+// and nothing else fails; with +client|setinfo added to the line, none.
+func TestACLClientSetinfo(t *testing.T) {
+	t.Parallel()
+	s := dlocktest.Start(t)
+	admin := s.Client()
+	defer admin.Close()
+	if info, err := admin.Do(ctx(t), "command", "info", "client|setinfo").Slice(); err != nil || len(info) == 0 || info[0] == nil {
+		t.Skipf("this server has no CLIENT SETINFO (%v): nothing to refuse", err)
+	}
+	const pw = "acl-setinfo"
+	line := aclLine(t, ".", pw)
+	for _, tc := range []struct {
+		line    string
+		refused bool
+	}{{line, true}, {line + " +client|setinfo", false}} {
+		runLine(t, admin, tc.line)
+		admin.Do(ctx(t), "acl", "log", "reset")
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "dlock", Password: pw})
+		l := dlock.New(c)
+		k, err := l.TryAcquire(ctx(t), "setinfo")
+		aclNoErr(t, "TryAcquire", err)
+		aclNoErr(t, "Release", k.Release(ctx(t)))
+		l.Close()
+		c.Close()
+		var objects []string
+		for _, e := range aclLog(t, s.Addr()) {
+			objects = append(objects, e["object"])
+		}
+		if refused := slices.Contains(objects, "client|setinfo"); refused != tc.refused || len(objects) > 1 {
+			t.Errorf("%s: ACL LOG %q, want client|setinfo refused: %v, and nothing else", tc.line, objects, tc.refused)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,6 +30,15 @@ type Status struct {
 	Fence uint64
 	// Waiters is the largest number of waiting processes registered on a node.
 	Waiters int64
+	// Queue is who waits, in queue order (the next to be woken first),
+	// from the node that has the most: of the first MaxQueue
+	// registrations, those whose lease is live (a process that died
+	// leaves its registration until its lease ends: Waiters counts it,
+	// Queue does not). The waiting calls of one Locker for one key
+	// register once (a Locker queues its own calls), with the metadata of
+	// the call first in its local queue when the registration was
+	// written: Queue names processes, not calls.
+	Queue []Waiter
 	// Metadata is the holder's metadata (WithMetadata), from the first node
 	// that has it; "" when there is none.
 	Metadata string
@@ -62,6 +72,26 @@ type Permit struct {
 	Fence uint64
 }
 
+// MaxQueue is the number of registrations Status reads of a lock's
+// waiting queue: Status.Queue names at most that many waiters.
+const MaxQueue = 100
+
+// Waiter is one waiting acquisition (Acquire, AcquireAll, Campaign), as
+// Status reports it.
+type Waiter struct {
+	// Metadata is the waiter's metadata (WithMetadata), or "". A waiter
+	// gives it when it registers, at no cost when it has none.
+	Metadata string
+	// Since is when the waiter first registered, on the node's clock (a
+	// waiter that registers again, after a restart or an eviction of the
+	// node's keys, keeps it). Its place in the queue follows it, except
+	// for a candidate that RequestLeadership put first: its Since is then
+	// just before the one that was first.
+	Since time.Time
+	// Shared is true for a shared acquisition's waiter (WithShared).
+	Shared bool
+}
+
 // NodeStatus is one node's view of a lock.
 type NodeStatus struct {
 	Addr string
@@ -80,6 +110,8 @@ type NodeStatus struct {
 	Fence uint64
 	// Waiters is the number of waiting processes registered on the node.
 	Waiters int64
+	// Queue is who waits on the node, in queue order (see Status.Queue).
+	Queue []Waiter
 	// Metadata is the holder's metadata on the node, or "".
 	Metadata string
 	// Limit, Permits and Shared describe a semaphore, or shared holds, on
@@ -123,7 +155,6 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			return readNodeStatus(ctx, c, nm)
 		}),
 		func([]quorum.Result[NodeStatus], int) bool { return false }, nil)
-	held := 0
 	// One answer is enough for a status.
 	o := l.newOutcome(key, 1)
 	for _, r := range results {
@@ -136,24 +167,34 @@ func (l *Locker) Status(ctx context.Context, key string) (Status, error) {
 			o.confirmed()
 		}
 		st.Nodes[r.Node] = ns
-		if r.Err == nil && st.add(ns) {
-			held++
-		}
 	}
 	for _, m := range missing {
 		st.Nodes[m.Node] = NodeStatus{Addr: l.nodes[m.Node].Addr, Err: m.Err}
 	}
 	o.missed(l, missing)
-	st.Held = held >= l.quorumFor(st.Limit)
+	l.merge(&st)
 	if class := o.class(ErrNotAcquired); class != nil {
 		return st, l.nameCauses(o.wrap(class, fmt.Sprintf("status %q: no node answered", key)), DefaultTTL)
 	}
 	return st, nil
 }
 
+// merge makes st from its nodes' answers (st.Nodes, of which those with Err
+// say nothing): Held when a quorum holds the key, and the rest as add says.
+func (l *Locker) merge(st *Status) {
+	held := 0
+	for _, ns := range st.Nodes {
+		if ns.Err == nil && st.add(ns) {
+			held++
+		}
+	}
+	st.Held = held >= l.quorumFor(st.Limit)
+}
+
 // add merges the answer of a node into the status (the shortest TTL of the
 // nodes that hold the key, the largest fence and count of waiters, the
-// first metadata and limit, the longest list of permits), and reports
+// first metadata and limit, the longest lists of permits and of waiters),
+// and reports
 // whether the node holds the key.
 func (st *Status) add(ns NodeStatus) (held bool) {
 	if ns.Held {
@@ -163,6 +204,9 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 	}
 	st.Fence = max(st.Fence, ns.Fence)
 	st.Waiters = max(st.Waiters, ns.Waiters)
+	if len(ns.Queue) > len(st.Queue) {
+		st.Queue = ns.Queue
+	}
 	st.Writers = max(st.Writers, ns.Writers)
 	if st.Metadata == "" {
 		st.Metadata = ns.Metadata
@@ -191,18 +235,59 @@ func (st *Status) add(ns NodeStatus) (held bool) {
 // more, with EVAL. It fails with the node's error when a read failed, or
 // when the lock's key is of a type dlock never writes; nothing is written.
 func readNodeStatus(ctx context.Context, c node.Conn, nm *keys.Names) (NodeStatus, error) {
-	rs := c.DoMulti(ctx,
-		[]any{"get", nm.Lock()},
-		[]any{"pttl", nm.Lock()},
-		[]any{"get", nm.Fence()},
-		[]any{"zcard", nm.Waiters()},
-		[]any{"hgetall", nm.Meta()},
-		[]any{"zrange", nm.Lock(), 0, -1, "withscores"}, // a semaphore
-		[]any{"get", nm.Limit()},
-		[]any{"hgetall", nm.Leases()},  // and the writers' intents' ends
-		[]any{"hgetall", nm.Asked()},   // the release requests kept
-		[]any{"hget", nm.Terms(), "n"}, // an election's count of terms
-		script.TimeCommand(nm.TimeKeys()))
+	return statusFrom(ctx, c, nm, c.DoMulti(ctx, statusCommands(nm)...))
+}
+
+// readNodeStatuses reads the status of the locks of nms on one node, as
+// readNodeStatus does, in one pipeline. It fails with the node's error when
+// the node did not answer; a lock whose reads Redis refused, or whose key
+// is of a type dlock never writes, has that error in its NodeStatus.Err.
+func readNodeStatuses(ctx context.Context, c node.Conn, nms []*keys.Names) ([]NodeStatus, error) {
+	const n = readNow + 1 // commands per lock
+	cmds := make([][]any, 0, len(nms)*n)
+	for _, nm := range nms {
+		cmds = append(cmds, statusCommands(nm)...)
+	}
+	rs := c.DoMulti(ctx, cmds...)
+	out := make([]NodeStatus, len(nms))
+	for j, nm := range nms {
+		ns, err := statusFrom(ctx, c, nm, rs[j*n:(j+1)*n])
+		if err != nil && !node.IsReply(err) && !isBadReply(err) {
+			return nil, err // a transport's error, or ctx's end
+		}
+		out[j], out[j].Err = ns, err
+	}
+	return out, nil
+}
+
+// isBadReply reports whether err is a reply dlock cannot read.
+func isBadReply(err error) bool {
+	var r *script.ReplyError
+	return errors.As(err, &r)
+}
+
+// statusCommands are the commands that read the status of the lock of nm
+// on one node (see readNodeStatus), indexed by the read* constants.
+func statusCommands(nm *keys.Names) [][]any {
+	return [][]any{
+		{"get", nm.Lock()},
+		{"pttl", nm.Lock()},
+		{"get", nm.Fence()},
+		{"zcard", nm.Waiters()},
+		{"hgetall", nm.Meta()},
+		{"zrange", nm.Lock(), 0, -1, "withscores"}, // a semaphore
+		{"get", nm.Limit()},
+		{"hgetall", nm.Leases()},  // and the writers' intents' ends
+		{"hgetall", nm.Asked()},   // the release requests kept
+		{"hget", nm.Terms(), "n"}, // an election's count of terms
+		{"zrange", nm.Waiters(), 0, MaxQueue - 1, "withscores"},
+		script.TimeCommand(nm.TimeKeys()),
+	}
+}
+
+// statusFrom is the status of the lock of nm on one node from the replies
+// rs of statusCommands (c sends time.lua again where the node lacked it).
+func statusFrom(ctx context.Context, c node.Conn, nm *keys.Names, rs []node.Result) (NodeStatus, error) {
 	r := statusReads(rs)
 	if err := r.err(); err != nil {
 		return NodeStatus{}, err
@@ -232,6 +317,7 @@ const (
 	readLeases
 	readAsked
 	readTerms
+	readQueue
 	readNow // time.lua's
 )
 
@@ -279,11 +365,13 @@ func (r statusReads) status(nowMS int64) NodeStatus {
 		ns.Limit, _ = strconv.Atoi(limit)
 		ns.Shared = limit == "0"
 	}
-	for f, end := range node.StringMap(r[readLeases].Val) {
+	leases := node.StringMap(r[readLeases].Val)
+	for f, end := range leases {
 		if e, _ := strconv.ParseInt(end, 10, 64); strings.HasPrefix(f, "i:") && e > nowMS {
 			ns.Writers++
 		}
 	}
+	ns.Queue = queue(node.ScoredMembers(r[readQueue].Val), leases, nowMS)
 	if v, ok := r[readGet].Val.(string); ok && r[readGet].Err == nil {
 		ns.Held = true
 		ns.Reserved = len(v) > 0 && v[0] == '~'
@@ -303,6 +391,22 @@ func (r statusReads) status(nowMS int64) NodeStatus {
 	ns.Asked = pending(node.StringMap(r[readAsked].Val), ns.token, permits, nowMS)
 	ns.transitions, _ = strconv.ParseUint(node.String(r[readTerms].Val), 10, 64)
 	return ns
+}
+
+// queue is the waiters of the waiting set's first members zs (member →
+// queue position: the server's time in µs at its first registration) whose
+// lease (in leases, end in server ms) is live at nowMS, with their metadata
+// ("m:" .. member in leases, see queue.lua).
+func queue(zs []node.Scored, leases map[string]string, nowMS int64) []Waiter {
+	var q []Waiter
+	for _, z := range zs {
+		if end, _ := strconv.ParseInt(leases[z.Member], 10, 64); end <= nowMS {
+			continue
+		}
+		q = append(q, Waiter{Metadata: leases["m:"+z.Member], Since: time.UnixMicro(int64(z.Score)),
+			Shared: sharedMember(z.Member)})
+	}
+	return q
 }
 
 // pending is the release request kept in asked for a current holder (the
@@ -364,7 +468,11 @@ func (l *Locker) checkKey(key string) error {
 // and may meanwhile still act as the owner; fencing is the defence. It
 // returns how many nodes held the key, and an error if any node could not be
 // reached, wrapping ErrUnavailable (or ErrMisconfigured, if a node answered
-// with a permanent error) and each node's failure as *NodeError.
+// with a permanent error) and each node's failure as *NodeError. A key that
+// changes hands (or shape: shared holds, then a writer) while it runs, so
+// that each holder it read was gone before its release ran there, counts as
+// answered after three tries: the holders it read are gone, and the key
+// holds one that acquired during the call.
 func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := l.checkKey(key); err != nil {
 		return 0, err
@@ -372,40 +480,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 	nm := l.names(key)
 	results, missing := quorum.Fanout(ctx, l.nodes, l.nodeTimeout(DefaultTTL),
 		quorum.RunFunc[int64](func(ctx context.Context, i int, c node.Conn) (int64, error) {
-			// Release with whatever value the key holds, so that the next
-			// waiter is woken as by a normal release. Try again if the
-			// value changed in between.
-			for range 3 {
-				v, err := c.Do(ctx, "get", nm.Lock())
-				if node.HasErrorPrefix(err, "WRONGTYPE") {
-					// A semaphore: release every permit.
-					ms, err := c.Do(ctx, "zrange", nm.Lock(), 0, -1)
-					if err != nil {
-						return 0, err
-					}
-					members, _ := ms.([]any)
-					var held int64
-					for _, m := range members {
-						n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false, nil)
-						if err != nil {
-							return held, err
-						}
-						held |= n
-					}
-					return held, nil
-				}
-				if err != nil {
-					return 0, err
-				}
-				if v == nil {
-					return 0, nil
-				}
-				n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false, nil)
-				if err != nil || n == 1 {
-					return n, err
-				}
-			}
-			return 0, fmt.Errorf("the lock changed hands during the release, try again")
+			return l.forceNode(ctx, i, c, nm)
 		}),
 		func([]quorum.Result[int64], int) bool { return false }, nil)
 	deleted := 0
@@ -427,4 +502,52 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (int, error) {
 		return deleted, l.nameCauses(o.wrap(class, fmt.Sprintf("force release %q: %d of %d nodes answered", key, o.ok, o.n)), DefaultTTL)
 	}
 	return deleted, nil
+}
+
+// forceNode releases, on node i, whatever the key holds (see
+// ForceRelease), as a normal release would, so that the next waiter is
+// woken: 1 if it released a holder.
+func (l *Locker) forceNode(ctx context.Context, i int, c node.Conn, nm *keys.Names) (int64, error) {
+	for range 3 {
+		v, err := c.Do(ctx, "get", nm.Lock())
+		if node.HasErrorPrefix(err, "WRONGTYPE") {
+			// A semaphore (or shared holds): release every permit.
+			held, err := l.forcePermits(ctx, i, c, nm)
+			if node.HasErrorPrefix(err, "WRONGTYPE") {
+				continue // a writer took the key meanwhile: read it again
+			}
+			return held, err
+		}
+		if err != nil {
+			return 0, err
+		}
+		if v == nil {
+			return 0, nil
+		}
+		n, err := l.runRelease(ctx, i, c, nm, v, "", true, anyShape, false, nil)
+		if err != nil || n == 1 {
+			return n, err
+		}
+		// The holder read had released it: the key changed hands.
+	}
+	return 0, nil // the holders read are gone (see ForceRelease)
+}
+
+// forcePermits releases every permit of the semaphore (or shared hold)
+// key on node i; WRONGTYPE if the key is no longer one.
+func (l *Locker) forcePermits(ctx context.Context, i int, c node.Conn, nm *keys.Names) (int64, error) {
+	ms, err := c.Do(ctx, "zrange", nm.Lock(), 0, -1)
+	if err != nil {
+		return 0, err
+	}
+	members, _ := ms.([]any)
+	var held int64
+	for _, m := range members {
+		n, err := l.runRelease(ctx, i, c, nm, node.String(m), "", true, anyShape, false, nil)
+		if err != nil {
+			return held, err
+		}
+		held |= n
+	}
+	return held, nil
 }

@@ -127,7 +127,6 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		return nil, attemptResult{outcome: l.newOutcome(key, l.quorumFor(cfg.limit)), sameServer: err}
 	}
 	token := newToken()
-	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
 	timeout := l.nodeTimeout(cfg.ttl)
 	var nm *keys.Names
 	if ks != nil {
@@ -142,23 +141,8 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 		regs = ks.registration(ready)
 	}
 	q := l.quorumFor(cfg.limit)
-	lim := limitArg(cfg.limit, cfg.shared)
 	res := attemptResult{outcome: l.newOutcome(key, q)}
-	// The round's command per node and its late answers: one allocation.
-	late := &lateAcquire{ks: ks, token: token, ttl: cfg.ttl, cmd: attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
-		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: lim}}}
-	cmd := &late.cmd
-	cmd.copies = perNode(cmd.oneCopy[:], n)
-	switch {
-	case regs == nil && cfg.plain() && n > 1:
-		// On a Redlock the holder's fence is recorded with the hold (see
-		// lock.lua's KEYS[4]).
-		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeysRecorded(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
-	case regs == nil && cfg.plain():
-		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
-	case regs == nil:
-		cmd.args = cmd.argv.Command(nm.AcquireKeys()) // a copy per node on a Redlock (see own)
-	}
+	late := l.newLateAcquire(ks, nm, regs, cfg, token, timeout)
 	late.decided.Add(1)
 
 	registers := false
@@ -197,7 +181,7 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	res.sameServer = l.servers.refusal()
 	var k *Lock
 	if res.ok >= q && res.sameServer == nil {
-		k = l.grant(ctx, &res, nm, token, tokenArg, cfg, fence, results, timeout, start, effects)
+		k = l.grant(ctx, &res, nm, token, late.cmd.argv.Token, cfg, fence, results, timeout, start, effects)
 	}
 	switch {
 	case k == nil && !res.closed:
@@ -208,6 +192,31 @@ func (l *Locker) attempt(ctx context.Context, key string, cfg lockConfig, ks *ke
 	late.k = k
 	late.decided.Done()
 	return k, res
+}
+
+// newLateAcquire returns an attempt's command per node and the handler of
+// its late answers, in one allocation: lock.lua's command for a plain lock
+// that does not register (with the metadata hash on a Redlock, where the
+// holder's fence is recorded with the hold: see lock.lua's KEYS[4]), the
+// shape's script's, the same for every node (a copy per node on a
+// Redlock: see own), for another attempt that does not register, and
+// neither for one that registers (each node's is made as it is sent).
+func (l *Locker) newLateAcquire(ks *keyState, nm *keys.Names, regs []nodeReg, cfg lockConfig, token string, timeout time.Duration) *lateAcquire {
+	tokenArg, ttlArg := any(token), l.ttlArg(cfg.ttl)
+	late := &lateAcquire{ks: ks, token: token, ttl: cfg.ttl, cmd: attemptCmd{l: l, nm: nm, regs: regs, shared: cfg.shared, timeout: timeout,
+		argv: script.AcquireArgs{Token: tokenArg, TTL: ttlArg, Retention: l.retentionArg, Metadata: cfg.metadata, Limit: limitArg(cfg.limit, cfg.shared)}}}
+	cmd := &late.cmd
+	n := len(l.nodes)
+	cmd.copies = perNode(cmd.oneCopy[:], n)
+	switch {
+	case regs == nil && cfg.plain() && n > 1:
+		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeysRecorded(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
+	case regs == nil && cfg.plain():
+		cmd.lock = script.AppendLockCommand(cmd.lockBuf[:0], nm.LockKeys(), tokenArg, ttlArg, l.counterLife(cfg.ttl))
+	case regs == nil:
+		cmd.args = cmd.argv.Command(nm.AcquireKeys())
+	}
+	return late
 }
 
 // attemptCmd is an attempt's command on each node.

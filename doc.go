@@ -104,7 +104,9 @@
 //     own state. A waiting candidate may ask for the leadership
 //     ([Locker.RequestLeadership]): it is put first among the candidates,
 //     and the leader is asked to resign.
-//   - [WithMetadata] and [Locker.Status]: who holds a key, for operators.
+//   - [WithMetadata], [Locker.Status] and [Locker.List]: who holds a key and
+//     who waits for it (in queue order), and every lock of a deployment,
+//     for operators.
 //   - [Lock.Detach] and [Locker.Adopt]: a hold handed to another process
 //     (acquire in an API, release in a worker). Detach stops renewing here
 //     and releases nothing; Adopt confirms on a quorum that the token holds

@@ -114,7 +114,8 @@ var transientReplies = []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CL
 
 // permanent reports whether a node's error is one that waiting cannot fix:
 // an error reply of Redis other than a transient one, a TLS certificate or
-// handshake failure, or a reply dlock cannot read. Network errors and
+// handshake failure, a reply dlock cannot read, or a Cluster client that
+// List cannot scan (errClusterScan). Network errors and
 // timeouts are not: the node may answer later.
 func permanent(err error) bool {
 	if msg, ok := node.Reply(err); ok {
@@ -134,7 +135,7 @@ func permanent(err error) bool {
 		reply    *script.ReplyError
 	)
 	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) {
+		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &reply) || errors.Is(err, errClusterScan) {
 		return true
 	}
 	// A TLS alert from the server: it refused the handshake, for example

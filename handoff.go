@@ -218,18 +218,17 @@ func (k *Lock) detachedError(verb string) error {
 // key or a token that is not 32 lowercase hex characters (the form of every
 // token dlock makes).
 //
-// On failure, Adopt leaves nothing that outlives what the hold had: a node
-// that refused it changed nothing (Adopt waits for every node that answers
-// before it fails, so that a hold in another shape is left as it was); one
-// that confirmed made the key live from then on, as a renewal would, and the
-// key is released there when that TTL would have run out anyway; a node
-// that did not answer may still run the command late (a frozen node that
-// resumes), so the token is buried there and the key released. A failed
-// Adopt therefore ends the hold where it confirmed or did not answer: a
-// second Adopt of the same token may fail with ErrNotHeld, and then the key
-// is free for others once the nodes that held it let go. An Adopt whose
-// command ran twice (a retry of the client) writes nothing more the second
-// time.
+// On failure, Adopt ends nothing: a node that refused it changed nothing
+// (Adopt waits for every node that answers before it fails, so that a hold
+// in another shape is left as it was); one that confirmed made the key live
+// at least its TTL from then, as a renewal would (never shorter than it
+// was), and one that did not answer may still do so when the command runs
+// late. So the hold, if it was live, stays so: another Adopt of the token
+// (a retry) may take it on, and nothing of the failed one ends that; if
+// nobody does, the key is free once that TTL runs out. Only when a quorum
+// said the token no longer holds the key (the hold is gone) are the nodes
+// that confirmed released, at once. An Adopt whose command ran twice (a
+// retry of the client) writes nothing more the second time.
 //
 // The token is the capability: Adopt does not exclude another Adopt of the
 // same token (two *Lock would then renew one hold, each believing it
@@ -253,19 +252,6 @@ func (l *Locker) Adopt(ctx context.Context, key, token string, opts ...LockOptio
 	a.attempted(k, classOf(err))
 	a.end(k, err)
 	return k, err
-}
-
-// agreedOn reports whether need of rs agree on a value.
-func agreedOn[T any, V comparable](rs []quorum.Result[T], need int, value func(quorum.Result[T]) (V, bool)) bool {
-	counts := make(map[V]int, len(rs))
-	for _, r := range rs {
-		if v, ok := value(r); ok {
-			if counts[v]++; counts[v] >= need {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // adoptError is err, a failure of Adopt's round (whose text names the
@@ -332,6 +318,13 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 		k.limit, _ = strconv.Atoi(reply.Limit)
 		k.quorum = l.quorumFor(k.limit)
 	}
+	// Unless a quorum refused it (the hold is gone), a failed Adopt leaves
+	// the hold alone: it may be live, and another Adopt of its token (a
+	// retry) may take it on, whose hold a clean-up of this one would end.
+	o := l.ownerChecked(key, results, missing, k.quorum)
+	k.mu.Lock()
+	k.keep = o.class(ErrNotHeld) != ErrNotHeld
+	k.mu.Unlock()
 	free, err := k.settleRound(cfg.ttl, start, results, missing, func() { close(recorded) })
 	k.giveOps()
 	if err != nil {
@@ -340,11 +333,14 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 	if !agreed {
 		// A quorum holds the token, but no quorum tells one fence: the
 		// nodes that kept the grant's are gone (restarted empty, or down).
-		// The hold is not adopted, and what the round set is cleaned up.
+		// The hold is not adopted.
 		err := fmt.Errorf("%w: adopt %q: no quorum of nodes agrees on the hold's fence", ErrUnavailable, key)
 		k.markLost(err)
 		return nil, err
 	}
+	k.mu.Lock()
+	k.keep = false // adopted: its end cleans up as any lock's
+	k.mu.Unlock()
 	if !k.start(start) {
 		k.release(context.Background())
 		return nil, fmt.Errorf("%w: adopt %q", ErrClosed, key)
@@ -374,11 +370,6 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 	recorded := make(chan struct{})
 	args := script.AdoptArgs{Token: k.tokenArg, TTL: l.ttlArg(ttl), Retention: l.retentionArg, Limit: limitArg(k.limit, k.shared)}
 	cmd := args.Command(k.names.AdoptKeys())
-	fence := func(r quorum.Result[script.AdoptReply]) (string, bool) {
-		// One fence and one limit (a limit SetLimit moved on some nodes
-		// only is no agreement).
-		return strconv.FormatUint(r.Val.Fence, 10) + " " + r.Val.Limit, r.Err == nil && r.Val.Held == 1
-	}
 	rs, missing := quorum.Fanout(ctx, l.nodes, timeout,
 		quorum.RunFunc[script.AdoptReply](func(ctx context.Context, _ int, c node.Conn) (script.AdoptReply, error) {
 			v, err := l.runScript(ctx, c, timeout, script.Adopt, cmd)
@@ -393,24 +384,51 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 			// that a refusal (another shape, a token that does not hold
 			// the key) leaves no node unanswered, to be cleaned up: a failed
 			// Adopt must not end a hold that is still live where it runs.
-			return agreedOn(rs, k.quorum, fence) || quorum.AllAnswering(rs, suspects, len(l.nodes))
+			_, ok := k.adoptAgreed(rs)
+			return ok || quorum.AllAnswering(rs, suspects, len(l.nodes))
 		},
 		quorum.LateFunc[script.AdoptReply](func(r quorum.Result[script.AdoptReply]) {
 			<-recorded
 			k.lateAnswer(r.Node, l.effectOf(r.Node, r.Err, r.Val.Held == 1, false))
 		}))
-	counts := make(map[string]int, len(rs))
-	var reply script.AdoptReply
-	agreed := false
+	reply, agreed := k.adoptAgreed(rs)
 	results := make([]quorum.Result[int64], len(rs))
 	for i, r := range rs {
 		results[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.Held, Err: r.Err}
-		if f, ok := fence(r); ok {
-			counts[f]++
-			if counts[f] >= k.quorum && !agreed {
-				reply, agreed = r.Val, true
-			}
-		}
 	}
 	return results, missing, reply, agreed, recorded
+}
+
+// adoptAgreed returns the reply of adopt.lua on which enough nodes agree,
+// and whether there is one: one fence, told by as many nodes as a permit of
+// the largest limit they tell needs (the limit asked, or one that SetLimit
+// moved it to, which may not have reached every node: the adopted permit
+// then takes the larger quorum), with that limit.
+func (k *Lock) adoptAgreed(rs []quorum.Result[script.AdoptReply]) (script.AdoptReply, bool) {
+	type agreement struct {
+		n     int
+		reply script.AdoptReply
+		need  int
+	}
+	byFence := make(map[uint64]*agreement, len(rs))
+	for _, r := range rs {
+		if r.Err != nil || r.Val.Held != 1 {
+			continue
+		}
+		a := byFence[r.Val.Fence]
+		if a == nil {
+			a = &agreement{reply: r.Val, need: k.quorum}
+			byFence[r.Val.Fence] = a
+		}
+		a.n++
+		if lim, err := strconv.Atoi(r.Val.Limit); err == nil && k.l.quorumFor(lim) > a.need {
+			a.need, a.reply = k.l.quorumFor(lim), r.Val
+		}
+	}
+	for _, a := range byFence {
+		if a.n >= a.need {
+			return a.reply, true
+		}
+	}
+	return script.AdoptReply{}, false
 }

@@ -72,6 +72,33 @@ func TestIdleWaiterAttemptCost(t *testing.T) {
 	if n := commandsRun(t, c); n > 5 {
 		t.Errorf("an idle waiter's attempt ran %d commands, want at most 5", n)
 	}
+	// A waiter with metadata (shown by Status) costs no more: the
+	// metadata is written with the registration, in its HSET.
+	meta := func(token, pos string) []any {
+		t.Helper()
+		a := script.AcquireArgs{Token: token, TTL: "30000", Retention: "60000", Metadata: "host-b", Limit: "1"}
+		w := script.Waiter{Member: "L:2:cost", Lease: "180000", Position: pos, Queued: "1", Refresh: "0"}
+		v, err := script.Acquire.Run(ctx, quorum.NewConn(c), a.WaiterCommand(nm.AcquireKeys(), w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.([]any)
+	}
+	c.ConfigResetStat(ctx)
+	mpos, _ := meta("t5", "0")[2].(string)
+	if n := commandsRun(t, c); n > 9 {
+		t.Errorf("the first attempt of a waiter with metadata ran %d commands, want at most 9", n)
+	}
+	if got := c.HGet(ctx, nm.Leases(), "m:L:2:cost").Val(); got != "host-b" {
+		t.Errorf("the registration's metadata: %q, want host-b", got)
+	}
+	c.ConfigResetStat(ctx)
+	if r := meta("t5", mpos); r[0] != int64(0) || r[1].(int64) <= 0 {
+		t.Fatalf("idle attempt with metadata: %v, want busy with the holder's PTTL", r)
+	}
+	if n := commandsRun(t, c); n > 5 {
+		t.Errorf("an idle waiter's attempt with metadata ran %d commands, want at most 5", n)
+	}
 
 	// A buried token: refused where the attempt would write.
 	bury := func(token string) {

@@ -173,14 +173,15 @@ func (k *Lock) lateAnswer(i int, e effect) {
 // so that its holder keeps the time between Lost and the expiry to stop its
 // work; a released one at once. k.mu is held.
 func (k *Lock) cleanNode(i int, bury bool) {
-	if k.state == stateDetached {
-		return // see cleanIfDead
+	if k.state == stateDetached || k.keep {
+		return // see cleanIfDead; a failed Adopt's: see Adopt
 	}
 	at := time.Now()
 	if !k.relBegun {
 		at = k.heldUntil().Add(2 * drift(k.ttl))
 	}
 	k.l.clean(i, k.names, k.Token(), k.ttl, bury, at, true)
+	k.nodes[i].released = true // the cleaner's release may run before a Release's
 }
 
 // heldUntil is the validity, or, when no quorum is known to hold the key

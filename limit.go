@@ -438,9 +438,14 @@ type limitRetry struct {
 // one of them.
 func (r *limitRetry) again(ctx context.Context, l *Locker, key string, cfg *lockConfig, err error) bool {
 	if err == nil || ctx.Err() != nil || cfg.limit < 2 || cfg.shared {
-		return false
+		return false // (before errors.As, whose target escapes: no allocation on the everyday path)
 	}
-	var e *limitMismatchError // declared here: its address escapes, a heap allocation on every call before
+	return r.againAfter(ctx, l, key, cfg, err)
+}
+
+// againAfter is again for an acquisition that failed with err.
+func (r *limitRetry) againAfter(ctx context.Context, l *Locker, key string, cfg *lockConfig, err error) bool {
+	var e *limitMismatchError
 	if !errors.As(err, &e) {
 		return false
 	}

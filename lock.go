@@ -56,8 +56,9 @@ type Lock struct {
 	state              lockState
 	relBegun, relValid bool
 	// detachedEmpty: Detach gave a Handoff without a token (a release was
-	// sent before: see Detach).
-	detachedEmpty bool
+	// sent before: see Detach). keep: a failed Adopt's lock, which cleans
+	// nothing up (see Adopt).
+	detachedEmpty, keep bool
 	// rel is the latest Release round: concurrent Release calls share it.
 	// The first one is firstRel (most locks are released once).
 	rel      *releaseRound

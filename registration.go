@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +33,13 @@ func (l *Locker) waiterMember(key string) string {
 // keyState.shared): its SEQ begins with "r", which tells the scripts.
 func (l *Locker) readerMember(seq uint64, key string) string {
 	return l.memberID() + ":r" + strconv.FormatUint(seq, 10) + ":" + key
+}
+
+// sharedMember reports whether a waiting set's member is a shared
+// acquisition's waiter (see readerMember).
+func sharedMember(m string) bool {
+	i := strings.IndexByte(m, ':')
+	return i >= 0 && i+1 < len(m) && m[i+1] == 'r'
 }
 
 // newMember is a new member for ks's waiter, of its kind.

@@ -303,10 +303,19 @@ func (r *releaseRunner) Run(ctx context.Context, i int, c node.Conn) (int64, err
 		}
 		return l.runRelease(ctx, i, c, k.names, k.tokenArg, "", true, r.shape, bury, cp)
 	})
-	if err == nil && v == 0 && r.valid && (cp.N() > 1 || r.earlier != nil && r.earlier[i]) {
-		v = 1 // an earlier copy released it (see releaseRound)
+	if err == nil && v == 0 && r.valid && (cp.N() > 1 || r.earlier != nil && r.earlier[i] || k.releasedOn(i)) {
+		v = 1 // an earlier copy, or the clean-up, released it (see releaseRound)
 	}
 	return v, err
+}
+
+// releasedOn reports whether a release of the lock may have run on node i
+// (see nodeLease.released): the clean-up's, scheduled after the round
+// began.
+func (k *Lock) releasedOn(i int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.nodes[i].released
 }
 
 // runUnlock releases a plain lock on node i with unlock.lua, and with

@@ -198,13 +198,33 @@ func (k *Lock) settleRound(ttl time.Duration, start time.Time, results []quorum.
 }
 
 // regain sets the key on the given nodes, where it was just found free,
-// after a quorum confirmed the lock (see extend.lua).
+// after a quorum confirmed the lock (see extend.lua). It sends nothing if
+// the lock ended first; otherwise, until its round is recorded, each node's
+// command counts as one whose effect is unknown, so that a Release that
+// begins meanwhile (it takes no ops slot) buries the token there: a regain
+// that reaches a node after the release set nothing.
 func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []int) {
+	k.mu.Lock()
+	if !k.alive() {
+		k.mu.Unlock()
+		return
+	}
+	for _, i := range free {
+		k.nodes[i].unknown++
+	}
+	k.mu.Unlock()
 	start := time.Now()
 	results, _, recorded, again := k.fanout(ctx, ttl, timeout, k.l.subset(free), free, "1")
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	for _, i := range free {
+		k.nodes[i].unknown--
+	}
 	k.recordRound(results, free, start.Add(ttl-drift(ttl)), again)
+	if k.answered != nil && !k.pendingFromLive() {
+		close(k.answered) // a Release waits for the answers (see awaitAnswers)
+		k.answered = nil
+	}
 	close(recorded)
 	if k.alive() {
 		k.validUntil = k.computeValidity()
@@ -220,6 +240,16 @@ func (k *Lock) regain(ctx context.Context, ttl, timeout time.Duration, free []in
 // recorded the right one down, the two that answer would disagree. It is
 // done unless the lock ended first (Detach included) or its Locker closed.
 func (k *Lock) recordFence(i int) {
+	k.inBackground(func(ttl, _ time.Duration) {
+		k.regain(k.l.renewCtx, ttl, k.l.nodeTimeout(ttl), []int{i})
+	})
+}
+
+// inBackground runs fn, a round of the lock that sets its TTL run in the
+// background (a renewal, recordFence), with the lock's TTL and the time its
+// validity has left, under the lock's ops slot and as a goroutine that
+// Close waits for; not once Close began, nor once the lock ended.
+func (k *Lock) inBackground(fn func(ttl, valid time.Duration)) {
 	l := k.l
 	if !l.join(&l.wg) {
 		return
@@ -229,11 +259,12 @@ func (k *Lock) recordFence(i int) {
 		return
 	}
 	defer k.giveOps()
-	if !k.held() {
-		return
+	k.mu.Lock()
+	alive, ttl, validUntil := k.alive(), k.ttl, k.validUntil
+	k.mu.Unlock()
+	if alive {
+		fn(ttl, time.Until(validUntil))
 	}
-	ttl := k.TTL()
-	k.regain(l.renewCtx, ttl, l.nodeTimeout(ttl), []int{i})
 }
 
 // fanout runs extend.lua on nodes (idx maps them to the Locker's nodes; nil
@@ -375,30 +406,15 @@ func (k *Lock) tick() {
 
 // renew is the auto-renewal, run by tick.
 func (k *Lock) renew() {
-	l := k.l
-	if !l.join(&l.wg) {
-		return
-	}
-	defer l.wg.Done()
-	if k.takeOps(l.renewCtx) != nil {
-		return
-	}
-	defer k.giveOps()
-	k.mu.Lock()
-	if !k.alive() {
-		k.mu.Unlock()
-		return
-	}
-	ttl, validUntil := k.ttl, k.validUntil
-	k.mu.Unlock()
-
 	// A renewal is worth waiting for until the current validity runs out (a
 	// slow but confirmed renewal still keeps the lock), one try of at most
 	// renewTry at a time; the round decides as soon as a quorum confirms,
 	// so a frozen minority does not slow it. Close cancels it.
-	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
-	defer cancel()
-	_ = k.extendRound(ctx, ttl, min(time.Until(validUntil), l.renewTry(ttl)))
+	k.inBackground(func(ttl, valid time.Duration) {
+		ctx, cancel := context.WithTimeout(k.l.renewCtx, valid)
+		defer cancel()
+		_ = k.extendRound(ctx, ttl, min(valid, k.l.renewTry(ttl)))
+	})
 }
 
 // renewTry bounds one try of a renewal of a lock with this TTL: a sixth of

@@ -40,12 +40,14 @@ const MinRedisVersion = "5.0.0"
 // MinRedisVersion fails one of the scripts: a command it does not know, an
 // option it does not know (a syntax error), or a write after TIME, which
 // Redis before 5.0 refuses unless scripts are replicated by their effects.
+// The words are compared without case: Redis says "Unknown Redis command
+// called from script", Valkey "Unknown command called from script".
 func olderServer(err error) bool {
 	if !quorum.IsReply(err) {
 		return false
 	}
-	msg := err.Error()
-	for _, sign := range []string{"Unknown Redis command", "unknown command", "syntax error", "Write commands not allowed after non deterministic commands"} {
+	msg := strings.ToLower(err.Error())
+	for _, sign := range []string{"unknown redis command", "unknown command", "syntax error", "write commands not allowed after non deterministic commands"} {
 		if strings.Contains(msg, sign) {
 			return true
 		}

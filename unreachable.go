@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -76,7 +77,9 @@ func probe(addr string, err error) error {
 // addr is not a TCP address (a Unix socket, a Cluster's or Sentinel's
 // name).
 func dialCause(addr string, timeout time.Duration) error {
-	if _, _, splitErr := net.SplitHostPort(addr); splitErr != nil {
+	// Only a HOST:PORT: a Cluster's node is named "cluster(ADDR,...)",
+	// which SplitHostPort would cut at its last colon.
+	if _, port, splitErr := net.SplitHostPort(addr); splitErr != nil || strings.Trim(port, "0123456789") != "" || port == "" {
 		return nil
 	}
 	c, err := net.DialTimeout("tcp", addr, timeout)

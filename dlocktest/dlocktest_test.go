@@ -107,3 +107,36 @@ func TestProxy(t *testing.T) {
 		t.Errorf("after the reset: %v", err)
 	}
 }
+
+// TestProxyHoldNext: a copy held back runs after the client's retry, which
+// go-redis (default options) sends on a new connection once the proxy reset
+// the first: INCR runs twice, answered once.
+func TestProxyHoldNext(t *testing.T) {
+	s := dlocktest.Start(t)
+	p, err := dlocktest.NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	admin := s.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldNext(50 * time.Millisecond)
+	if n, err := c.Incr(ctx, "k").Result(); err != nil || n != 1 {
+		t.Fatalf("INCR: %d, %v; want 1 (the retry, answered)", n, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		v, err := admin.Get(ctx, "k").Int()
+		if err == nil && v == 2 {
+			return // the copy held back ran too
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("k = %d (%v): the copy held back never ran", v, err)
+		}
+	}
+}

@@ -12,8 +12,9 @@ import (
 // injects network faults between them: added latency, a black hole (the
 // connection stays open but nothing gets through, as in a partition, until
 // it heals), reset connections, a command held back and delivered late
-// (HoldBack), and a reply lost (LoseReply). Give clients Proxy.Addr instead
-// of the server's address. It is a small stand-in for toxiproxy that keeps
+// (HoldBack, HoldNext: the client's retry runs, then the copy), and a reply
+// lost (LoseReply). Give clients Proxy.Addr instead of the server's
+// address. It is a small stand-in for toxiproxy that keeps
 // dlocktest free of dependencies.
 type Proxy struct {
 	target string
@@ -27,8 +28,11 @@ type Proxy struct {
 	// delay is the latency of each connection that DelayOpen delayed (both
 	// of its sides), on top of latency; held counts the writes being held
 	// back by it.
-	delay  map[net.Conn]time.Duration
-	held   int
+	delay map[net.Conn]time.Duration
+	held  int
+	// holds are the delays of the next writes of clients that HoldNext
+	// holds back, in order.
+	holds  []time.Duration
 	closed bool
 	wg     sync.WaitGroup
 	// clients are the connections accepted from clients (the others go to
@@ -110,6 +114,21 @@ func (p *Proxy) BlackHole(on bool) {
 		p.holed = false
 		close(p.healed)
 	}
+}
+
+// HoldNext holds back the next bytes that a client sends through the
+// proxy, on any of its connections, and resets that client's connection at
+// once: a client that retries (go-redis, with its default MaxRetries) sends
+// the command again on a new connection, and it runs. The bytes held back
+// are written to the server d later, on the connection they came in on
+// (whose replies go nowhere), which is then closed: a copy of the command
+// that runs after the client's retry, and possibly after its later
+// commands, as a retransmission after a reset does. Each call holds one
+// write.
+func (p *Proxy) HoldNext(d time.Duration) {
+	p.mu.Lock()
+	p.holds = append(p.holds, d)
+	p.mu.Unlock()
 }
 
 // Reset closes every open connection with a TCP reset; new connections are
@@ -246,14 +265,14 @@ func (p *Proxy) accept() {
 		p.clients[c] = true
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(c, s, true)
+		go p.pipe(s, c, false)
 	}
 }
 
 // pipe copies from src to dst, through the faults, until either side
-// closes; then it closes both.
-func (p *Proxy) pipe(src, dst net.Conn) {
+// closes; then it closes both. toServer tells the client's side.
+func (p *Proxy) pipe(src, dst net.Conn, toServer bool) {
 	defer p.wg.Done()
 	defer func() {
 		p.mu.Lock()
@@ -272,7 +291,7 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && p.fault(src, dst, buf[:n]) {
+		if n > 0 && (p.fault(src, dst, buf[:n]) || toServer && p.holdBack(src, dst, buf[:n])) {
 			return
 		}
 		if n > 0 {
@@ -300,4 +319,25 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			return // EOF or a broken connection: both sides close
 		}
 	}
+}
+
+// holdBack, if HoldNext asked for it, resets the client's connection src
+// and writes b to dst after the delay asked (then the caller returns and
+// closes both): it reports whether it did.
+func (p *Proxy) holdBack(src, dst net.Conn, b []byte) bool {
+	p.mu.Lock()
+	if len(p.holds) == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	d := p.holds[0]
+	p.holds = p.holds[1:]
+	p.mu.Unlock()
+	if tc, ok := src.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = src.Close()
+	time.Sleep(d)
+	_, _ = dst.Write(b)
+	return true
 }

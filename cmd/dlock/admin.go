@@ -18,20 +18,9 @@ import (
 // keyArg parses the flags of an admin subcommand, before or after its one
 // KEY argument, and returns the key, or the exit status to end with.
 func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
-	var pos []string
-	for {
-		if code := c.parseFlags(fs, args); code >= 0 {
-			return "", code
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
-			pos = append(pos, rest...) // all positional after --
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+	pos, code := c.positionals(fs, args)
+	if code >= 0 {
+		return "", code
 	}
 	switch {
 	case len(pos) == 0:
@@ -44,6 +33,26 @@ func (c *cli) keyArg(fs *flag.FlagSet, args []string) (string, int) {
 	return pos[0], -1
 }
 
+// positionals parses the flags of a subcommand, before, between or after
+// its positional arguments (all of them after "--"), and returns those
+// arguments, or the exit status to end with.
+func (c *cli) positionals(fs *flag.FlagSet, args []string) ([]string, int) {
+	var pos []string
+	for {
+		if code := c.parseFlags(fs, args); code >= 0 {
+			return nil, code
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, -1
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(pos, rest...), -1 // all positional after --
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
 // statusJSON is the output of dlock status --json.
 type statusJSON struct {
 	Time     string       `json:"time,omitempty"` // with --watch: when the refresh began
@@ -53,6 +62,7 @@ type statusJSON struct {
 	TTLms    int64        `json:"ttl_ms"`
 	Fence    uint64       `json:"fence"`
 	Waiters  int64        `json:"waiters"`
+	Queue    []waiterJSON `json:"queue,omitempty"`
 	Metadata string       `json:"metadata,omitempty"`
 	Limit    int          `json:"limit,omitempty"`
 	Shared   bool         `json:"shared,omitempty"`
@@ -68,6 +78,15 @@ type statusJSON struct {
 type permitJSON struct {
 	Metadata string `json:"metadata,omitempty"`
 	TTLms    int64  `json:"ttl_ms"`
+	Fence    uint64 `json:"fence,omitempty"`
+}
+
+// waiterJSON is one waiting process (dlock run --wait, or a program's
+// Acquire), in queue order.
+type waiterJSON struct {
+	Metadata string `json:"metadata,omitempty"`
+	Since    string `json:"since"`
+	Shared   bool   `json:"shared,omitempty"`
 }
 
 // askedJSON is a pending release request (dlock request).
@@ -91,23 +110,19 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	fs := newFlagSet("status")
 	var rf redisFlags
 	rf.register(fs, c)
-	asJSON := fs.Bool("json", false, "print JSON")
-	var watch bool
-	fs.BoolVar(&watch, "watch", false, "refresh until interrupted")
-	fs.BoolVar(&watch, "w", false, "refresh until interrupted")
-	interval := fs.Duration("interval", time.Second, "time between refreshes, with --watch")
+	var view viewFlags
+	view.register(fs)
+	asJSON, interval := &view.asJSON, &view.interval
 	held := fs.Bool("held", false, "exit 0 if the lock is held, 3 if it is free")
 	key, code := c.keyArg(fs, args)
 	if code >= 0 {
 		return code
 	}
-	intervalSet := flagSet(fs, "interval")
-	switch {
-	case *interval <= 0:
-		return c.usageError("status", "--interval %s must be longer than 0: write, for example, 500ms, 1s or 5s", *interval)
-	case intervalSet && !watch:
-		return c.usageError("status", "--interval goes with --watch: dlock status --watch --interval %s %s", *interval, key)
-	case *held && watch:
+	if code := view.check(c, fs, "status", " "+key); code >= 0 {
+		return code
+	}
+	watch := view.watch
+	if *held && watch {
 		return c.usageError("status", "--held answers once; it does not go with --watch")
 	}
 	t, code := c.open(ctx, "status", &rf)
@@ -147,17 +162,28 @@ func (c *cli) status(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// jsonTime is the layout of the times of the JSON output.
+const jsonTime = "2006-01-02T15:04:05.000Z07:00"
+
 // snapshot reads the status of key, and returns it also in its JSON form.
 func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJSON, error) {
 	st, err := t.locker.Status(ctx, key)
 	if err != nil {
 		return st, statusJSON{}, err
 	}
+	return st, statusOut(st), nil
+}
+
+// statusOut is the JSON form of st.
+func statusOut(st dlock.Status) statusJSON {
 	out := statusJSON{Key: st.Key, Held: st.Held, TTLms: st.TTL.Milliseconds(), Fence: st.Fence, Metadata: st.Metadata,
 		Waiters: st.Waiters, Quorum: quorum.For(len(st.Nodes), st.Limit), Nodes: make([]nodeJSON, len(st.Nodes)), Limit: st.Limit,
 		Shared: st.Shared, Writers: st.Writers}
 	for _, p := range st.Permits {
-		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds()})
+		out.Permits = append(out.Permits, permitJSON{Metadata: p.Metadata, TTLms: p.TTL.Milliseconds(), Fence: p.Fence})
+	}
+	for _, w := range st.Queue {
+		out.Queue = append(out.Queue, waiterJSON{Metadata: w.Metadata, Since: w.Since.Format(jsonTime), Shared: w.Shared})
 	}
 	if st.Asked != nil {
 		out.Asked = &askedJSON{Reason: st.Asked.Reason, From: st.Asked.From}
@@ -177,7 +203,7 @@ func snapshot(ctx context.Context, t *target, key string) (dlock.Status, statusJ
 		}
 	}
 	out.Reserved = st.Held && reserved >= out.Quorum
-	return st, out, nil
+	return out
 }
 
 // writeStatus writes the text form of a status to w.
@@ -206,7 +232,11 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 			if holder == "" {
 				holder = "(no metadata)"
 			}
-			fmt.Fprintf(w, "  holder:\t%s, %s left\n", holder, ttlText(p.TTL))
+			fence := ""
+			if p.Fence > 0 {
+				fence = fmt.Sprintf(", fence %d", p.Fence)
+			}
+			fmt.Fprintf(w, "  holder:\t%s, %s left%s\n", holder, ttlText(p.TTL), fence)
 		}
 	}
 	if st.Asked != nil {
@@ -214,6 +244,16 @@ func writeStatus(out io.Writer, st dlock.Status, js statusJSON) {
 	}
 	fmt.Fprintf(w, "fence:\t%d\t(the counter: at least the latest acquisition's fence)\n", st.Fence)
 	fmt.Fprintf(w, "waiters:\t%d\n", st.Waiters)
+	for _, q := range st.Queue {
+		who := q.Metadata
+		if who == "" {
+			who = "(no metadata)"
+		}
+		if q.Shared {
+			who += " (shared)"
+		}
+		fmt.Fprintf(w, "  waiter:\t%s, waiting %s (since %s)\n", who, ttlText(max(time.Since(q.Since), 0)), q.Since.Local().Format("15:04:05"))
+	}
 	if st.Writers > 0 {
 		fmt.Fprintf(w, "writers:\t%d waiting, no new shared holds until they have had it\n", st.Writers)
 	}

@@ -25,6 +25,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.run(ctx, rest)
 	case "status":
 		return c.status(ctx, rest)
+	case "list":
+		return c.list(ctx, rest)
 	case "release":
 		return c.release(ctx, rest)
 	case "acquire":
@@ -46,7 +48,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if strings.HasPrefix(cmd, "-") {
 			return c.usageError("", "flags go after the subcommand, as in: dlock run %s ...", cmd)
 		}
-		return c.usageError("", "unknown command %q (commands: run, acquire, extend, release, request, status, demo, help, version)", cmd)
+		return c.usageError("", "unknown command %q (commands: run, acquire, extend, release, request, status, list, demo, help, version)", cmd)
 	}
 }
 
@@ -107,7 +109,7 @@ func (c *cli) help(args []string) int {
 	}
 	text, ok := subUsage[args[0]]
 	if !ok {
-		return c.usageError("", "no help for %q (commands: run, acquire, extend, release, request, status, demo, help, version)", args[0])
+		return c.usageError("", "no help for %q (commands: run, acquire, extend, release, request, status, list, demo, help, version)", args[0])
 	}
 	fmt.Fprint(c.stdout, text)
 	return exitOK

@@ -9,6 +9,7 @@ a fleet of hosts exactly one of them runs it at a time.
 Usage:
     dlock run [flags] KEY -- COMMAND [ARG]...   run COMMAND holding the lock KEY
     dlock status [flags] [--json] [-w] KEY      show who holds KEY, for how long (-w: every second)
+    dlock list [flags] [--json] [-w] [PATTERN]  list every lock (matching PATTERN), holders and waiters
     dlock acquire [flags] KEY                   take KEY, print "TOKEN FENCE", leave it held for --ttl (no renewal)
     dlock extend --token T [--ttl D] KEY        hold KEY for D more, if token T holds it
     dlock release --token T KEY                 release KEY, if token T holds it
@@ -38,6 +39,7 @@ Examples:
 
     dlock status --json backup
     dlock status --watch backup      # refreshed every second, until Ctrl-C
+    dlock list 'deploy/*'            # every lock whose name begins with deploy/
     dlock release --force backup
 
 Run 'dlock help run' for the flags and exit statuses of dlock run.
@@ -84,6 +86,11 @@ const (
         printed.
     -v, --verbose
         Say which Redis the status is read from.
+`
+	listVerbosityUsage = `    -q, --quiet
+        Print only the list and errors.
+    -v, --verbose
+        Say which Redis the list is read from.
 `
 	releaseVerbosityUsage = `    -q, --quiet
         Leave out the warning about a live holder; errors are printed.
@@ -234,6 +241,43 @@ Examples:
     dlock status --json backup | jq .held
     dlock status --watch --interval 5s backup
     dlock status --watch --json backup | jq -c '{time, held, fence}'
+`,
+	"list": `Usage: dlock list [flags] [--json] [--watch [--interval DURATION]] [PATTERN]
+
+Lists every lock under the prefix whose name matches PATTERN (a Redis glob:
+* any text, ? one character, [abc] [a-z] [^a] a set, \ quotes the next
+character; default *): one line per lock held or waited for, with its shape
+(lock, semaphore of N, shared), whether it is held (with several Redis URLs:
+by how many nodes), the time left, the fence, its holders' metadata, its
+waiters (how many, and the first ones in queue order) and a pending release
+request. The names are found with SCAN (COUNT 1000), never KEYS, on every
+node and every master of a Cluster, so that Redis is never held up, however
+many keys it has; the whole listing is bounded by a minute. The user needs
+SCAN (see docs/operations.md). It is a snapshot: it proves nothing about
+ownership; dlock status KEY shows one lock in full.
+
+Flags:
+    --json
+        Print JSON for scripts: {"pattern", "complete", "locks": [...]}, each
+        lock as dlock status --json prints it, with "key". complete is false
+        when a node could not be scanned whole (the locks only it holds may
+        be missing).
+    -w, --watch
+        List again every --interval until Ctrl-C (SIGINT) or SIGTERM, then
+        exit 0, as dlock status --watch does (with --json, one JSON object per
+        refresh, each on one line, with "time").
+    --interval DURATION
+        Time between refreshes with --watch (default 1s; more than 0).
+` + redisFlagsUsage + listVerbosityUsage + `
+Exit status: 0; 69 when a Redis node could not be scanned whole (the locks
+found on the others are printed; not with --watch); 78 when Redis refused
+the commands (SCAN included); 64 on a usage error.
+
+Examples:
+    dlock list
+    dlock list 'deploy/*'
+    dlock list --json | jq -r '.locks[] | select(.waiters > 0) | .key'
+    dlock list --watch --interval 5s 'report-*'
 `,
 	"release": `Usage: dlock release --token TOKEN [--limit N | --shared] [flags] KEY
        dlock release --force [flags] KEY

@@ -43,9 +43,15 @@ func (r refreshWriter) Write(p []byte) (int, error) {
 // startWatch runs dlock status --watch with args.
 func startWatch(t *testing.T, args ...string) *watchRun {
 	t.Helper()
+	return startWatchOf(t, "status", args...)
+}
+
+// startWatchOf runs dlock SUB --watch with args.
+func startWatchOf(t *testing.T, sub string, args ...string) *watchRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watchRun{refreshes: make(chan string), cancel: cancel, stopped: make(chan struct{}), done: make(chan struct{})}
-	args = append([]string{"status", "--watch"}, args...)
+	args = append([]string{sub, "--watch"}, args...)
 	go func() {
 		defer close(w.done)
 		w.code = run(ctx, args, strings.NewReader(""), refreshWriter{w}, &w.stderr)

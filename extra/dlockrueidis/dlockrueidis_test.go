@@ -101,6 +101,40 @@ func TestContract(t *testing.T) { contract.Run(t, topologies) }
 // once, 5s each unless $DLOCK_HISTORY_DURATION says otherwise.
 func TestHistory(t *testing.T) { history.Test(t, 5*time.Second, true) }
 
+// TestExplore runs dlock's explorer (internal/history, which the core runs
+// on go-redis) through rueidis clients: every public call at random and at
+// once under command-level faults (the client's node.Client wrapped), on
+// one Redis and Redlocks of 3 and 5 masters, each Locker through fault
+// proxies of its own, 4s each unless $DLOCK_EXPLORE_DURATION says
+// otherwise, three at once.
+func TestExplore(t *testing.T) {
+	history.Explore{Family: history.Family{Name: "rueidis", New: exploreLocker, ByAddr: true},
+		Duration: 4 * time.Second, Topologies: history.Topologies[:3], Parallel: true}.Run(t)
+}
+
+// exploreLocker is the explorer's Locker (history.Family.New) on rueidis
+// clients, one per address.
+func exploreLocker(addrs []string, _ bool, _ func(int, any)) (*dlock.Locker, func(), error) {
+	var cs []rueidis.Client
+	closeAll := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	for _, a := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}})
+		if err != nil {
+			return nil, closeAll, err
+		}
+		cs = append(cs, c)
+	}
+	if len(cs) == 1 {
+		return dlockrueidis.New(cs[0]), closeAll, nil
+	}
+	l, err := dlockrueidis.NewRedlock(cs)
+	return l, closeAll, err
+}
+
 // historyLockers are a history worker's Lockers (history.Lockers) on
 // rueidis clients. A client is made again until its server answers (a
 // worker restarted after a kill can meet a server that is down or cut

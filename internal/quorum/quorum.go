@@ -305,7 +305,7 @@ func (n *Node) boundedFor(timeout time.Duration) *boundedClient {
 		base = n.withTimeout(timeout)
 	}
 	client := &batchedClient{UniversalClient: base, b: n.inlineB, timeout: timeout}
-	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base, client: client, conn: &redisConn{client}})
+	list = append(slices.Clip(list), boundedClient{timeout: timeout, base: base, client: client, conn: n.wrap(&redisConn{client})})
 	n.boundedList.Store(&list)
 	return &list[len(list)-1]
 }
@@ -446,7 +446,7 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
 	}
-	n.conn, n.workerConn = &redisConn{client}, &redisConn{n.workerClient()}
+	n.conn, n.workerConn = n.wrap(&redisConn{client}), n.wrap(&redisConn{n.workerClient()})
 	return n
 }
 
@@ -460,7 +460,7 @@ func NewNodeOf(client node.Client, fallbackAddr string) *Node {
 	if n.Addr == "" {
 		n.Addr = fallbackAddr
 	}
-	n.conn = client.Conn()
+	n.conn = n.wrap(client.Conn())
 	n.workerConn = n.conn
 	return n
 }
@@ -736,6 +736,9 @@ func roundContexts(parent context.Context, deadline time.Time) (ctx, callCtx con
 		return ctx, ctx, cancel
 	}
 	callCtx, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	if WrapConn != nil {
+		callCtx = context.WithValue(callCtx, roundDeadlineKey{}, deadline)
+	}
 	context.AfterFunc(ctx, func() {
 		if d := time.Until(deadline); d > 0 {
 			time.AfterFunc(d, cancelCalls)

@@ -28,9 +28,12 @@
 -- held in another shape, -1 if it is free (or the token's permit is gone); a
 -- buried token is never set again. The shape is the key's type and stored
 -- limit: a lock is a string; a permit of n (n > 1) a member of a sorted set
--- whose limit key holds n, or held OLD NEW where Locker.SetLimit changed n to
--- NEW (then limit is NEW: the adopted permit is one of NEW); a shared hold a
--- member of one whose limit key holds "0". fence is the holder's fence (a
+-- whose limit key holds n, or holds m where Locker.SetLimit changed the
+-- limit since the permit was granted with n (its "l:" entry, written by its
+-- grant; for a permit of a version before the entry, the last change's
+-- record, "n m ..."), and then limit is m: the adopted permit is one of the
+-- semaphore's limit; a shared hold a member of one whose limit key holds
+-- "0". fence is the holder's fence (a
 -- decimal string): its "f:" entry (written by grants and renewals of a
 -- permit, a shared hold, a holder with metadata, and a lock on a Redlock, and
 -- by raise.lua), else, for a lock, the fence counter (a lock's one holder got
@@ -46,11 +49,11 @@
 -- the entry) is an error, before anything is written, as is a key of
 -- another type.
 local token, limit = ARGV[1], ARGV[4]
-local m = redis.pcall('HMGET', KEYS[4], token, 'f:' .. token)
+local m = redis.pcall('HMGET', KEYS[4], token, 'f:' .. token, 'l:' .. token)
 if m.err then
   return m -- WRONGTYPE: not written by dlock
 end
-local metadata, fence = m[1] or '', m[2]
+local metadata, fence, granted = m[1] or '', m[2], m[3]
 local other = {0, '', '', limit} -- held in another shape
 if limit ~= '1' then
   local ty = redis.call('TYPE', KEYS[1])['ok']
@@ -62,7 +65,7 @@ if limit ~= '1' then
   end
   if ty == 'zset' and held and held ~= limit then
     local old, new = string.match(redis.call('GET', KEYS[8]) or '', '^(%d+) (%d+)')
-    if limit == '0' or held == '0' or old ~= limit or new ~= held then
+    if limit == '0' or held == '0' or (granted or old) ~= limit or (not granted and new ~= held) then
       return other
     end
     limit = held -- moved by SetLimit

@@ -13,8 +13,10 @@
 --                                          lives as long as the holders)
 -- KEYS[6] limit          prefix{K}:limit   (a semaphore's limit, while it has holders)
 -- KEYS[7] waiter leases  prefix{K}:wexp    (hash: waiter -> lease end, server ms;
---                                          and "i:" .. an exclusive waiter -> the
---                                          end of its intent, server ms)
+--                                          "i:" .. an exclusive waiter -> the
+--                                          end of its intent, server ms; and
+--                                          "m:" .. a waiter with metadata -> its
+--                                          metadata, for Status)
 -- KEYS[8] writers        prefix{K}:writers (zset: an exclusive waiter with an intent
 --                                          -> its queue position; see shared.lua's "Shared
 --                                          holds")
@@ -26,6 +28,7 @@
 -- ARGV[3] retention      ms the fence counter lives after this acquisition (at least
 --                        the TTL of the lock, or of a semaphore's last permit)
 -- ARGV[4] metadata       "" for none, else stored under the token in KEYS[5]
+--                        (and, while the caller waits, beside its lease in KEYS[7])
 -- ARGV[5] limit          "1" for a lock (KEYS[2] a string: the owner token),
 --                        n > 1 for a semaphore (KEYS[2] a sorted set: owner
 --                        token -> expiry in server ms, for at most n holders),
@@ -196,7 +199,7 @@ local function prune(now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- metadata of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m, 'l:' .. m) -- metadata of another type: left alone
     end
   end
 end

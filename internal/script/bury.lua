@@ -15,12 +15,5 @@
 -- Returns 1. Expired tombstones are dropped on the way; a tombstones key of
 -- another type is an error, before anything is written.
 -- #include clock.lua
-local ty = redis.call('TYPE', KEYS[1])['ok']
-if ty ~= 'zset' and ty ~= 'none' then
-  return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[1] .. ' holds another type')
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', clock())
-redis.call('ZADD', KEYS[1], clock() + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
-redis.call('PEXPIREAT', KEYS[1], last)
-return 1
+-- #include tomb.lua
+return bury(KEYS[1], ARGV[1], ARGV[2]) or 1

@@ -162,7 +162,7 @@ local function extend(KEYS, ARGV)
     if #gone > 0 then
       redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
       for _, m in ipairs(gone) do
-        redis.pcall('HDEL', KEYS[4], m, 'f:' .. m) -- metadata of another type: left alone
+        redis.pcall('HDEL', KEYS[4], m, 'f:' .. m, 'l:' .. m) -- metadata of another type: left alone
       end
     end
     if not ours or tonumber(s) < now + tonumber(ARGV[2]) then

@@ -28,9 +28,9 @@ local function done(c, own, last, now)
     fence = issue(c, life)
   end
   if metadata == '' and last then
-    -- A permit's fence, so that Adopt can read it (a hash of another type:
-    -- left alone).
-    if type(redis.pcall('HSET', KEYS[5], 'f:' .. token, fence)) == 'number' then
+    -- A permit's fence, and the limit it was granted with, so that Adopt
+    -- can read them (a hash of another type: left alone).
+    if type(redis.pcall('HSET', KEYS[5], 'f:' .. token, fence, 'l:' .. token, ARGV[5])) == 'number' then
       redis.call('PEXPIREAT', KEYS[5], last)
     end
   elseif metadata ~= '' or record then
@@ -38,7 +38,9 @@ local function done(c, own, last, now)
       -- A lock has one holder: the entries of former ones go.
       redis.call('DEL', KEYS[5])
     end
-    if metadata ~= '' then
+    if metadata ~= '' and last then
+      redis.call('HSET', KEYS[5], token, metadata, 'f:' .. token, fence, 'l:' .. token, ARGV[5])
+    elseif metadata ~= '' then
       redis.call('HSET', KEYS[5], token, metadata, 'f:' .. token, fence)
     else
       redis.call('HSET', KEYS[5], 'f:' .. token, fence)
@@ -53,12 +55,12 @@ local function done(c, own, last, now)
   -- The waiter's entries go (keys of another type: left alone). A popped
   -- waiter (see ARGV[9]) has only its lease left.
   if popped then
-    redis.pcall('HDEL', KEYS[7], waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'm:' .. waiter)
     return {1, fence}
   end
   if queued then
     redis.pcall('ZREM', KEYS[1], waiter)
-    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter)
+    redis.pcall('HDEL', KEYS[7], waiter, 'i:' .. waiter, 'm:' .. waiter)
   end
   if waiter ~= '' and exclusive and redis.pcall('ZREM', KEYS[8], waiter) == 1 and not queued then
     redis.pcall('HDEL', KEYS[7], 'i:' .. waiter)

@@ -40,7 +40,16 @@ local function register(waiter, pos)
     if added == 0 and nx then
       pos = redis.call('ZSCORE', KEYS[1], waiter)
     end
-    local leased = redis.pcall('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
+    -- A waiter with metadata (ARGV[4]) has it kept beside its lease, as
+    -- "m:" .. waiter, for Status: in the same HSET, so that naming a
+    -- waiter costs no command, and a waiter without metadata writes
+    -- nothing more.
+    local leased
+    if metadata ~= '' then
+      leased = redis.pcall('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]), 'm:' .. waiter, metadata)
+    else
+      leased = redis.pcall('HSET', KEYS[7], waiter, now + tonumber(ARGV[7]))
+    end
     if type(leased) == 'table' then
       if added == 1 then
         redis.call('ZREM', KEYS[1], waiter)

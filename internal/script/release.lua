@@ -19,8 +19,10 @@
 --                        of a failed quorum attempt: the waiters were woken by
 --                        the release that freed the lock, and waking more for a
 --                        partial grant only makes them collide)
--- ARGV[6] metadata       "0" when the owner stored no metadata (its entries
---                        need not be removed), "1" otherwise
+-- ARGV[6] metadata       "0" when a lock's owner stored no metadata (its entries
+--                        need not be removed), "1" otherwise; a permit's
+--                        entries (metadata, "f:" fence, "l:" limit) are
+--                        removed either way
 -- ARGV[7] listeners      "1" when PUBLISH's count of receivers is exact for
 --                        the waiters' inboxes (every connection of the
 --                        waiters' clients to this deployment ends on this
@@ -57,23 +59,20 @@
 -- #include clock.lua
 local INBOX, LISTENERS, TAG = ARGV[2], ARGV[7], ARGV[10] or ''
 -- #include wake.lua
+-- #include tomb.lua
 if ARGV[8] ~= '0' then
   -- The tombstone first, whatever the lock holds: the command it refuses
-  -- may come later still. Expired ones are dropped on the way.
-  local ty = redis.call('TYPE', KEYS[4])['ok']
-  if ty ~= 'zset' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE dlock: the tombstones key ' .. KEYS[4] .. ' holds another type')
+  -- may come later still.
+  local bad = bury(KEYS[4], ARGV[1], ARGV[8])
+  if bad then
+    return bad
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', clock())
-  redis.call('ZADD', KEYS[4], clock() + tonumber(ARGV[8]), ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEYS[4], last)
 end
 -- intentGone: the leaving waiter was a writer whose intent kept readers out.
 local intentGone = false
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[1], ARGV[4])
-  redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4])
+  redis.call('HDEL', KEYS[7], ARGV[4], 'i:' .. ARGV[4], 'm:' .. ARGV[4])
   intentGone = redis.pcall('ZREM', KEYS[8], ARGV[4]) == 1 -- another type: left alone
 end
 local v = redis.pcall('GET', KEYS[2])
@@ -98,15 +97,16 @@ if sem then
     return nothing()
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
+  -- The permit's entries (its metadata, fence and limit), which the others'
+  -- grants keep alive: removed whatever ARGV[6] says (a hash of another
+  -- type: left alone).
+  redis.pcall('HDEL', KEYS[5], ARGV[1], 'f:' .. ARGV[1], 'l:' .. ARGV[1])
   shared = redis.call('GET', KEYS[6]) == '0'
   if tonumber(s) <= clock() then
     return nothing() -- it had expired
   end
 elseif v ~= ARGV[1] then
   return nothing()
-end
-if ARGV[6] ~= '0' and sem then
-  redis.pcall('HDEL', KEYS[5], ARGV[1], 'f:' .. ARGV[1]) -- a hash of another type: left alone
 elseif ARGV[6] ~= '0' then
   redis.call('DEL', KEYS[5]) -- a lock's holder is its only entry
 end
@@ -161,7 +161,7 @@ elseif sem or (group and reserve) then
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', clock())
     for _, m in ipairs(gone) do
-      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m) -- a hash of another type: left alone
+      redis.pcall('HDEL', KEYS[5], m, 'f:' .. m, 'l:' .. m) -- a hash of another type: left alone
     end
   end
   last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]

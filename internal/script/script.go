@@ -53,6 +53,8 @@ var (
 	adoptSrc string
 	//go:embed bury.lua
 	burySrc string
+	//go:embed tomb.lua
+	tombSrc string
 
 	// The scripts, with the number of their keys (see internal/keys for
 	// the keys of each, in its order).
@@ -103,7 +105,8 @@ func newScript(src string, keys int) *Script {
 // "-- #include NAME" (indented or not) of a script is replaced by NAME.
 var fragments = map[string]*string{
 	"wake.lua":  &wakeSrc,  // waking waiters: release.lua and shared.lua
-	"clock.lua": &clockSrc, // the server's time read once: release.lua, setlimit.lua
+	"clock.lua": &clockSrc, // the server's time read once: release.lua, setlimit.lua, bury.lua
+	"tomb.lua":  &tombSrc,  // a tombstone: release.lua, bury.lua
 	"base.lua":  &baseSrc,  // acquire.lua, semaphore.lua, shared.lua
 	"queue.lua": &queueSrc, // the same
 	"grant.lua": &grantSrc, // the same

@@ -79,7 +79,7 @@ end
 -- a waiter nobody hears (or whose lease ran out) must not keep readers out.
 local function dropWaiter(w)
   redis.call('ZREM', KEYS[1], w)
-  redis.call('HDEL', KEYS[7], w, 'i:' .. w)
+  redis.call('HDEL', KEYS[7], w, 'i:' .. w, 'm:' .. w)
   redis.pcall('ZREM', KEYS[8], w) -- a writers key of another type: left alone
 end
 

@@ -1,18 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure redis-server is available for the tests and the demo: the one on
 # PATH (or $REDIS_SERVER), else Debian's redis-server package when running as
-# root, else a message saying how to install it.
-#
-# Also, as root on Debian, Debian's libfaketime (package faketime), which the
-# tests of a server's clock faults need (they are skipped without it).
+# root, else a message saying how to install it. It installs nothing else
+# (the fault tests' libfaketime is ensure-faketime.sh's).
 set -euo pipefail
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 &&
-  ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
-  echo "dlock: installing Debian's faketime package (for the clock-fault tests)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  (apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends faketime >/dev/null) ||
-    echo "dlock: faketime not installed; the clock-fault tests will be skipped" >&2
-fi
 if [ -n "${REDIS_SERVER:-}" ] && [ -x "${REDIS_SERVER}" ]; then exit 0; fi
 if command -v redis-server >/dev/null 2>&1; then exit 0; fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
