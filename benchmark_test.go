@@ -108,7 +108,7 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 			t.Fatal("the benchmark failed")
 		}
 		limit := limit
-		if !ctxTimeout && !dlock.CopiesKeepHooks() {
+		if !ctxTimeout && !dlock.DefaultClientsInline() {
 			limit += 6 // calls on a helper goroutine (see New): 3 per call
 		}
 		if got := r.AllocsPerOp(); got > limit {

@@ -6,12 +6,13 @@ import (
 	"github.com/dlock-dev/dlock/internal/quorum"
 )
 
-// CopiesKeepHooks reports whether the go-redis version in use keeps a
-// client's hooks in WithTimeout copies: where it does not (v9.23), calls on a
-// default client run on helper goroutines, and a Redis that refuses
-// connections fails a call only when its timeout ends (go-redis retries the
-// dial and the command within it).
-func CopiesKeepHooks() bool { return quorum.CopiesKeepHooks() }
+// DefaultClientsInline reports whether calls on a default go-redis client
+// (one that does not honour ctx deadlines) run inline with the go-redis
+// version in use, through a bounded copy that runs the client's hooks;
+// where they do not, they run on helper goroutines, and a Redis that
+// refuses connections fails a call only when its timeout ends (go-redis
+// retries the dial and the command within it).
+func DefaultClientsInline() bool { return quorum.DefaultClientsInline() }
 
 // VersionBelow reports whether the dotted version a is below b.
 var VersionBelow = versionBelow

@@ -251,7 +251,7 @@ func TestHookLost(t *testing.T) {
 	if len(lost) != 2 || lost[1].Reason != dlock.LostExpired || lost[1].Key != "frozen" {
 		t.Fatalf("lost events %+v", lost)
 	}
-	if rf := rec.of(dlock.EventRenewFailed); dlock.CopiesKeepHooks() && (len(rf) == 0 || rf[0].Key != "frozen" || !errors.Is(rf[0].Err, dlock.ErrUnavailable)) {
+	if rf := rec.of(dlock.EventRenewFailed); dlock.DefaultClientsInline() && (len(rf) == 0 || rf[0].Key != "frozen" || !errors.Is(rf[0].Err, dlock.ErrUnavailable)) {
 		t.Errorf("renew failed events %+v", rf)
 	}
 	if ne := rec.of(dlock.EventNodeError); len(ne) == 0 || ne[0].Node != s.Addr() || ne[0].Key != "frozen" {
@@ -439,7 +439,7 @@ func TestHookClosedDuringAcquire(t *testing.T) {
 		t.Fatalf("Acquire: %v, want ErrClosed", err)
 	}
 	got := strings.Join(rec.kinds("closing"), ",")
-	if !dlock.CopiesKeepHooks() {
+	if !dlock.DefaultClientsInline() {
 		// The call runs on a helper goroutine, and Close, called from
 		// within it, waits (up to its bound) for the acquisition: the
 		// round times out meanwhile, a node error.

@@ -343,7 +343,7 @@ func TestLivenessDeadRegistrationsPassedOver(t *testing.T) {
 func TestLivenessLateAcquireOnDelayedConnection(t *testing.T) {
 	for _, closeAfter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("close %v", closeAfter), func(t *testing.T) {
-			if closeAfter && !dlock.CopiesKeepHooks() {
+			if closeAfter && !dlock.DefaultClientsInline() {
 				// The held-up call runs on a helper goroutine, through the
 				// node's batcher, which holds the commands sent after it
 				// until its socket deadline (the client's ReadTimeout, 3s):

@@ -104,15 +104,38 @@ func DlockSemaphoreLibrary(limit int) Library {
 	return lib
 }
 
+// DlockTryLibrary is lib, one of dlock's configurations, with TryAcquire
+// in place of Acquire (its name gets "-try"): the uncontended targets'
+// other call, measured against the floor only (it does not wait).
+func DlockTryLibrary(lib Library) Library {
+	lib.Name += "-try"
+	lib.Note += "; TryAcquire instead of Acquire"
+	newProcess := lib.New
+	lib.New = func(addrs []string, sent *Counter) (Process, error) {
+		p, err := newProcess(addrs, sent)
+		if err != nil {
+			return nil, err
+		}
+		p.(*dlockProcess).try = true
+		return p, nil
+	}
+	return lib
+}
+
 type dlockProcess struct {
 	clients []redis.UniversalClient
 	close   func() // another family's clients
 	locker  *dlock.Locker
 	opts    []dlock.LockOption
+	try     bool // TryAcquire instead of Acquire
 }
 
 func (p *dlockProcess) Lock(ctx context.Context, key string) (Held, error) {
-	l, err := p.locker.Acquire(ctx, key, p.opts...)
+	acquire := p.locker.Acquire
+	if p.try {
+		acquire = p.locker.TryAcquire
+	}
+	l, err := acquire(ctx, key, p.opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,10 @@ type Library struct {
 	// Ceiling is true for the ceiling's configurations (ceiling.go): not a
 	// library, never a peer, reported in a section of their own.
 	Ceiling bool
+	// Floor is true for the floor of a fenced lock (floor.go), a ceiling
+	// configuration against which dlock's uncontended targets are
+	// measured by turns.
+	Floor bool
 	// Note says how the library is configured, for the report.
 	Note string
 	// Limit is the number of holders the library's lock lets in at once

@@ -38,6 +38,11 @@ type Report struct {
 	// targets use them when present. PairedNote says how they ran.
 	Paired1, Paired64 [][]UncontendedResult
 	PairedNote        string
+	// FloorPairs are dlock's configurations (Acquire and TryAcquire) and
+	// the floor on the same client run by turns: issue 46's uncontended
+	// targets. FloorNote says how they ran.
+	FloorPairs []FloorPairs
+	FloorNote  string
 
 	Contended      []ContendedConfig
 	Semaphore      []ContendedResult // dlock with WithLimit(4), W=32, one per repetition
@@ -232,6 +237,7 @@ func (r *Report) Targets() []Target {
 	var ts []Target
 	for _, d := range r.DlockLibs() {
 		ts = append(ts, r.targets(d)...)
+		ts = append(ts, r.floorTargets(d)...)
 	}
 	return ts
 }
@@ -579,6 +585,7 @@ func (r *Report) Markdown(charts bool) string {
 		w("%s\n", r.uncontendedTable(u.runs, false, nil))
 	}
 	r.writeCeiling(w)
+	r.writeFloor(w)
 	r.writePaired(w)
 
 	for _, c := range r.Contended {
@@ -815,7 +822,7 @@ func (r *Report) networkMarkdown(w func(string, ...any)) {
 			continue
 		}
 		w("### Uncontended over the network, %s\n\nAcquire+release pairs per second, and the latency of each call.\n\n", u.title)
-		w("%s\n", r.uncontendedTable(u.runs, true, u.base))
+		w("%s\n", r.uncontendedTable(u.runs, true, u.base, floorsIn(u.runs, uname, FloorLibraries())...))
 	}
 	for i, c := range r.NetContended {
 		var base *ContendedConfig
@@ -830,7 +837,11 @@ func (r *Report) networkMarkdown(w func(string, ...any)) {
 		} else {
 			w("As the first contended table over the network, with W=%d and hold %s.\n\n", c.Workers, c.Hold)
 		}
-		w("%s\n", r.contendedTable(c, true, base))
+		floors := floorsIn(c.Runs, cname, []Library{FloorHandoffLibrary()})
+		if i == 0 && len(floors) > 0 {
+			w("**%s**: %s.\n\n", floors[0].Name, floors[0].Note)
+		}
+		w("%s\n", r.contendedTable(c, true, base, floors...))
 	}
 }
 
@@ -855,7 +866,7 @@ func medianRatio[T any](runs [][]T, name func(T) string, lib, peer string, f fun
 // ratios, it adds each library's ops/s over the fastest peer's (and, when
 // that peer is not on go-redis, over the fastest go-redis peer's) in the
 // same repetition, and over its own median on loopback (base, if any).
-func (r *Report) uncontendedTable(runs [][]UncontendedResult, withRatios bool, base [][]UncontendedResult) table {
+func (r *Report) uncontendedTable(runs [][]UncontendedResult, withRatios bool, base [][]UncontendedResult, extra ...Library) table {
 	head := []string{"library", "ops/s", "acquire p50", "acquire p99", "release p50", "release p99", "Redis µs in scripts per pair", "errors"}
 	ops := func(x UncontendedResult) float64 { return x.OpsPerSec }
 	var fastest, fastestGoRedis string
@@ -871,7 +882,7 @@ func (r *Report) uncontendedTable(runs [][]UncontendedResult, withRatios bool, b
 		}
 	}
 	t := table{head: head}
-	for _, l := range r.Libraries {
+	for _, l := range append(slices.Clip(r.Libraries), extra...) {
 		g := func(f func(UncontendedResult) float64) float64 { return median(pick(runs, uname, l.Name, f)) }
 		row := []string{l.Name, num(g(ops)),
 			ms(g(func(x UncontendedResult) float64 { return float64(x.AcqP50) })),
@@ -911,7 +922,7 @@ const fairPeer = 0.3
 // it adds each library's acq/s over the fastest peer's with fairness ≥ 0.3
 // and over the fastest peer's of any fairness, in the same repetition, and
 // over its own median on loopback (base, if any).
-func (r *Report) contendedTable(c ContendedConfig, withRatios bool, base *ContendedConfig) table {
+func (r *Report) contendedTable(c ContendedConfig, withRatios bool, base *ContendedConfig, extra ...Library) table {
 	head := []string{"library", "acq/s", "handoff p50", "handoff p99", "to a waiter p50", "to a waiter p99", "self", "Acquire wait p50", "Acquire wait p99", "fairness", "round trips/acq", "commands/acq", "client CPU/acq", "Redis CPU/acq", "violations", "errors"}
 	acq := func(x ContendedResult) float64 { return x.AcqPerSec }
 	var fastestFair, fastest string
@@ -929,7 +940,7 @@ func (r *Report) contendedTable(c ContendedConfig, withRatios bool, base *Conten
 		}
 	}
 	t := table{head: head}
-	for _, l := range r.Libraries {
+	for _, l := range append(slices.Clip(r.Libraries), extra...) {
 		g := func(f func(ContendedResult) float64) float64 { return median(pick(c.Runs, cname, l.Name, f)) }
 		row := []string{l.Name, num(g(acq)),
 			ms(g(func(x ContendedResult) float64 { return float64(x.HandoffP50) })),

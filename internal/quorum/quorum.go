@@ -7,12 +7,13 @@
 // frozen node waits for ReadTimeout (3s). A short call therefore runs inline
 // only on a client whose socket deadlines bound it: one that honours ctx
 // deadlines, or a copy of a *redis.Client made with WithTimeout (it shares
-// the pool and sets the call's timeout as its socket deadlines), where such
-// a copy keeps the client's hooks (see withTimeoutKeepsHooks). Any other
-// call runs on a worker goroutine, and the caller stops waiting at the
-// deadline. The abandoned call finishes in the background when go-redis
-// gives up, and its result is handed to a late handler so that, for
-// example, a lock it set after all can be released.
+// the pool and sets the call's timeout as its socket deadlines), which runs
+// the client's hooks: the copy's own where it keeps them (see
+// withTimeoutKeepsHooks), else the copy run through a Conn of the client
+// (see hookedCopy). Any other call runs on a worker goroutine, and the
+// caller stops waiting at the deadline. The abandoned call finishes in the
+// background when go-redis gives up, and its result is handed to a late
+// handler so that, for example, a lock it set after all can be released.
 package quorum
 
 import (
@@ -136,8 +137,8 @@ type Node struct {
 	lastReload atomic.Int64 // Unix ns
 
 	// withTimeout, for a *redis.Client that does not honour ctx deadlines,
-	// returns a copy of it whose socket deadlines are the timeout (see
-	// bounded).
+	// returns a copy of it whose socket deadlines are the timeout and that
+	// runs the client's hooks (see bounded, hookedCopy).
 	withTimeout func(time.Duration) redis.UniversalClient
 	// inlineB batches the inline calls (a *redis.Client), workerB the calls
 	// on workers; nil for other clients.
@@ -327,13 +328,15 @@ func (n *Node) workerClient() redis.UniversalClient {
 
 // withTimeoutKeepsHooks reports whether a copy made with (*redis.Client).
 // WithTimeout runs the hooks added to the client before. Some go-redis
-// versions build the copy without them: commands sent through it would be
-// hidden from the application's tracing and metrics hooks, so such copies
-// are not used, and calls on clients that do not honour ctx deadlines run on
-// a worker. Found out once, without a network and without a word in the log:
-// a command on a context that is already cancelled goes through the hooks,
-// and then the pool refuses it before dialing (a dialer that failed instead
-// would have newer go-redis versions retry and log the failure).
+// versions (v9.23) build the copy without them: commands sent through it
+// would be hidden from the application's tracing and metrics hooks, so such
+// a copy is used only through the client's hooks (see hookedCopy), and
+// where that cannot be done either, calls on clients that do not honour ctx
+// deadlines run on a worker. Found out once, without a network and without
+// a word in the log: a command on a context that is already cancelled goes
+// through the hooks, and then the pool refuses it before dialing (a dialer
+// that failed instead would have newer go-redis versions retry and log the
+// failure).
 var withTimeoutKeepsHooks = sync.OnceValue(probeKeepsHooks)
 
 func probeKeepsHooks() bool {
@@ -346,21 +349,23 @@ func probeKeepsHooks() bool {
 	})
 	defer c.Close()
 	var seen atomic.Bool
-	c.AddHook(probeHook{&seen})
+	c.AddHook(probeHook{seen: &seen})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = c.WithTimeout(time.Second).Process(ctx, redis.NewCmd(ctx, "ping"))
 	return seen.Load()
 }
 
-// CopiesKeepHooks reports whether the go-redis version in use makes
-// WithTimeout copies that keep the client's hooks (see
-// withTimeoutKeepsHooks): where it does not, calls on a *redis.Client that
-// does not honour ctx deadlines run on workers.
-func CopiesKeepHooks() bool { return withTimeoutKeepsHooks() }
+// DefaultClientsInline reports whether, with the go-redis version in use,
+// calls on a *redis.Client that does not honour ctx deadlines run inline:
+// through a WithTimeout copy that keeps the client's hooks (see
+// withTimeoutKeepsHooks), or one run through them (see hookedCopy). Where
+// neither can be made, they run on workers.
+func DefaultClientsInline() bool { return withTimeoutKeepsHooks() || connsDivert() }
 
-// probeHook records that a command went through the hooks.
-type probeHook struct{ seen *atomic.Bool }
+// probeHook records that a command (and, if pipeline is not nil, a
+// pipeline) went through the hooks.
+type probeHook struct{ seen, pipeline *atomic.Bool }
 
 func (h probeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -370,7 +375,13 @@ func (h probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	if h.pipeline == nil {
+		return next
+	}
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipeline.Store(true)
+		return next(ctx, cmds)
+	}
 }
 
 // inline returns the client with which a call with this timeout on ctx runs
@@ -409,8 +420,14 @@ func NewNode(client redis.UniversalClient, fallbackAddr string) *Node {
 		n.inlineB = &batcher{client: n.baseFor, abandon: true}
 		n.workerB = &batcher{client: func(time.Duration) redis.UniversalClient { return c }}
 		n.worker1 = &batchedClient{UniversalClient: c, b: n.workerB}
-		if !n.HonoursCtx && withTimeoutKeepsHooks() {
+		switch {
+		case n.HonoursCtx:
+		case withTimeoutKeepsHooks():
 			n.withTimeout = func(d time.Duration) redis.UniversalClient { return c.WithTimeout(d) }
+		case connsDivert():
+			// The copy without the client's hooks, run through them (see
+			// hookedCopy).
+			n.withTimeout = func(d time.Duration) redis.UniversalClient { return newHookedCopy(c, d) }
 		}
 	case *redis.ClusterClient:
 		o := c.Options()

@@ -147,7 +147,7 @@ func (r *logRecorder) Printf(_ context.Context, format string, v ...any) {
 	r.lines = append(r.lines, fmt.Sprintf(format, v...))
 }
 
-// The probe of go-redis' WithTimeout copies dials nothing and logs nothing,
+// The probes of go-redis' WithTimeout copies and Conns dial nothing and log nothing,
 // whichever go-redis version (make test runs this package's tests with the
 // version in go.mod; the root package's with the newest too).
 func TestProbeLogsNothing(t *testing.T) {
@@ -155,12 +155,13 @@ func TestProbeLogsNothing(t *testing.T) {
 	redis.SetLogger(rec)
 	defer redis.SetLogger(stderrLogger{})
 	keeps := probeKeepsHooks() // a failed dial would be logged before it returns
+	diverts := probeConnsDivert()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.lines) > 0 {
 		t.Errorf("the probe logged: %q", rec.lines)
 	}
-	t.Logf("WithTimeout copies keep hooks: %v", keeps)
+	t.Logf("WithTimeout copies keep hooks: %v; a Conn runs its own hooks after the client's: %v", keeps, diverts)
 }
 
 // TestFor: a majority for a lock; for n permits over N nodes, more than

@@ -77,6 +77,9 @@ type settings struct {
 	// goroutine count, each run pairWarm then pairDur.
 	pairs             int
 	pairWarm, pairDur time.Duration
+	// dlock against the floor by turns (floorPaired): pairs per
+	// configuration and goroutine count, each run as the pairs above.
+	floorPairs int
 	// The shared-hold (rw) and AcquireAll (multi) scenarios: dlock only.
 	rwWarm, rwDur       time.Duration
 	rwReps              int
@@ -94,7 +97,7 @@ type settings struct {
 func run(quick bool, reps int, out string) error {
 	s := settings{
 		warm: 300 * time.Millisecond, dur: 2 * time.Second,
-		pairs: 20, pairWarm: 100 * time.Millisecond, pairDur: 300 * time.Millisecond,
+		pairs: 20, pairWarm: 100 * time.Millisecond, pairDur: 300 * time.Millisecond, floorPairs: 16,
 		idleSettle: time.Second, idle: 5 * time.Second, idleLong: 60 * time.Second,
 		latWarm: 200 * time.Millisecond, latDur: 2 * time.Second,
 		faultMin: 5, benchtime: "1s", reps: 5, idleReps: 2,
@@ -107,7 +110,7 @@ func run(quick bool, reps int, out string) error {
 	if quick {
 		s = settings{
 			warm: 100 * time.Millisecond, dur: 250 * time.Millisecond,
-			pairs: 2, pairWarm: 50 * time.Millisecond, pairDur: 100 * time.Millisecond,
+			pairs: 2, pairWarm: 50 * time.Millisecond, pairDur: 100 * time.Millisecond, floorPairs: 1,
 			idleSettle: 300 * time.Millisecond, idle: 700 * time.Millisecond, idleLong: time.Second,
 			latWarm: 50 * time.Millisecond, latDur: 200 * time.Millisecond,
 			faultMin: 1, benchtime: "300x", reps: 1, idleReps: 1,
@@ -118,6 +121,7 @@ func run(quick bool, reps int, out string) error {
 	if reps > 0 {
 		s.reps = reps
 		s.pairs = 4 * reps
+		s.floorPairs = 3 * reps
 		s.idleReps = min(reps, s.idleReps)
 		s.rwReps = min(reps, s.rwReps)
 		s.multiReps = min(reps, s.multiReps)
@@ -172,7 +176,7 @@ func run(quick bool, reps int, out string) error {
 		Quick:        quick,
 		Reps:         s.reps,
 		Libraries:    libs,
-		Ceilings:     bench.CeilingLibraries(),
+		Ceilings:     append(bench.CeilingLibraries(), bench.FloorLibraries()...),
 		NodeTimeout:  time.Second, // dlock's default: TTL/5, at most 1s
 		Settings: fmt.Sprintf("Each uncontended and contended run: %s warm-up, then %s measured; idle: %s settle, %s measured (%d repetitions), and %s measured once for dlock's configurations; Redlock: %s measured per configuration; allocations: testing.Benchmark, benchtime %s; shared holds: %s warm-up, %s measured (%s); AcquireAll: %s warm-up, %s measured per variant (%s)",
 			s.warm, s.dur, s.idleSettle, s.idle, s.idleReps, s.idleLong, s.latDur, s.benchtime,
@@ -213,6 +217,11 @@ func run(quick bool, reps int, out string) error {
 
 	// dlock on rueidis and its peer again, by turns: issue 35's targets.
 	if err := paired(r, libs, addr, &srv, s, log, flush); err != nil {
+		return err
+	}
+	// dlock against the floor of a fenced lock on the same client, by
+	// turns: issue 46's targets.
+	if err := floorPaired(r, libs, addr, &srv, s, log, flush); err != nil {
 		return err
 	}
 
@@ -525,7 +534,9 @@ func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Se
 		if g == 1 {
 			dst = &r.NetUncontended1
 		}
-		err := uncontendedReps(dst, libs, s.netReps, "network uncontended", g, log, flush, func(lib bench.Library) (res bench.UncontendedResult, err error) {
+		// The floors too: the fence's price over a network (issue 46).
+		ulibs := append(slices.Clip(libs), bench.FloorLibraries()...)
+		err := uncontendedReps(dst, ulibs, s.netReps, "network uncontended", g, log, flush, func(lib bench.Library) (res bench.UncontendedResult, err error) {
 			err = proxied(func(addr string) error {
 				res, err = bench.Uncontended(lib, []string{addr}, g, s.netWarm, s.netDur, &srv)
 				return err
@@ -536,8 +547,10 @@ func network(r *bench.Report, s settings, single *dlocktest.Server, srv bench.Se
 			return err
 		}
 	}
+	// The floor of a hand-off too: dlock's hand-off in round trips (issue 46).
+	clibs := append(slices.Clip(libs), bench.FloorHandoffLibrary())
 	for _, cfg := range contendedConfigs {
-		cc, err := contendedReps(cfg, libs, s.netReps, "network contended", log, flush, func(lib bench.Library) (res bench.ContendedResult, err error) {
+		cc, err := contendedReps(cfg, clibs, s.netReps, "network contended", log, flush, func(lib bench.Library) (res bench.ContendedResult, err error) {
 			err = proxied(func(addr string) error {
 				res, err = bench.Contended(lib, bench.Server{Addr: addr, Admin: srv.Admin}, cfg.w, cfg.hold, s.netWarm, s.netDur)
 				return err
@@ -577,6 +590,39 @@ func paired(r *bench.Report, libs []bench.Library, addr []string, srv *bench.Ser
 		flush()
 	}
 	r.PairedNote = fmt.Sprintf("%d pairs for each number of goroutines, each run %s warm-up, then %s measured", s.pairs, s.pairWarm, s.pairDur)
+	return nil
+}
+
+// floorPaired runs each of dlock's configurations, with Acquire and with
+// TryAcquire, and the floor on the same client by turns (bench.Paired),
+// with 1 and 64 goroutines.
+func floorPaired(r *bench.Report, libs []bench.Library, addr []string, srv *bench.Server, s settings, log func(string, ...any), flush func()) error {
+	if !want("uncontended") {
+		return nil
+	}
+	floors := bench.FloorLibraries()
+	for _, g := range []int{1, 64} {
+		for _, lib := range libs {
+			floor, ok := bench.FloorOf(lib, floors)
+			if !ok {
+				continue
+			}
+			for _, l := range []bench.Library{lib, bench.DlockTryLibrary(lib)} {
+				pairs, err := bench.Paired(l, floor, addr, g, s.floorPairs, s.pairWarm, s.pairDur, srv)
+				if err != nil {
+					return err
+				}
+				var rs []float64
+				for _, p := range pairs {
+					rs = append(rs, p[0].OpsPerSec/p[1].OpsPerSec)
+				}
+				log("floor by turns g=%d %s ÷ %s: %s", g, l.Name, floor.Name, bench.FormatRatios(rs))
+				r.FloorPairs = append(r.FloorPairs, bench.FloorPairs{Lib: l.Name, Floor: floor.Name, Goroutines: g, Pairs: pairs})
+				flush()
+			}
+		}
+	}
+	r.FloorNote = fmt.Sprintf("%d pairs for each configuration and number of goroutines, each run %s warm-up, then %s measured", s.floorPairs, s.pairWarm, s.pairDur)
 	return nil
 }
 
