@@ -15,10 +15,11 @@ build:
 # The CLI is vetted for macOS too, the library is built for Windows, and
 # the CLI must not link test helpers; the allocation check runs once more
 # without the race detector (which costs go-redis a few allocations), with
-# its real limit; and every module under extra/, and examples/ (each its
-# own go.mod), is vetted and tested the same way (allocation checks without
-# -race), three modules at once (tools/testmodules.sh); examples/' test
-# runs each program against a redis-server.
+# its real limit, on either go-redis; and every module under extra/, and
+# examples/ (each its own go.mod), is vetted and tested the same way
+# (allocation checks without -race), three modules at once
+# (tools/testmodules.sh); examples/' test runs each program against a
+# redis-server.
 # The history check runs 20s per topology in the first pass (make history
 # runs it for as long as asked); the explorer (internal/history's
 # TestExplore and TestExploreSabotage, and each extra's TestExplore) a few
@@ -61,6 +62,7 @@ test: redis faketime
 		-run '^($(LATEST_TESTS))$$' .
 	$(GO) test -race -count=1 -modfile=go.redis-latest.mod ./internal/quorum
 	$(GO) test -count=1 -run '^TestAllocsPerAcquireRelease$$' .
+	$(GO) test -count=1 -modfile=go.redis-latest.mod -run '^TestAllocsPerAcquireRelease$$' .
 	cd tools/releasecheck && $(GO) vet ./...
 	GO=$(GO) ./tools/testmodules.sh
 	GO=$(GO) ./tools/testservers.sh
