@@ -40,11 +40,44 @@ func (h *historyRun) check(errorf func(format string, args ...any)) string {
 // records: exclusion, fence order, progress, bounded attempts. It returns
 // a summary, the number of violations and a note on the clock limit.
 func (h *historyRun) checkSections(recs []Record, errorf func(format string, args ...any)) (string, int, string) {
+	secs, rs := h.sections(recs, errorf)
+	c, violations := h.checkOrder(secs, errorf)
+	worst, v := h.checkProgress(secs, c, errorf)
+	violations += v
+	kinds := map[string]int{}
+	for _, f := range h.faults {
+		kinds[f.kind]++
+	}
+	var ks []string
+	for k, n := range kinds {
+		ks = append(ks, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(ks)
+	var fs []string
+	for k, n := range rs.failures {
+		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
+	}
+	sort.Strings(fs)
+	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity; %d recorded only after their validity, %d of them not paused by the test), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
+		len(secs), c.shared, c.sharedOverlaps, c.lost, c.late, c.begunLate, c.begunLateUnpaused, rs.attempts, strings.Join(fs, ", "), rs.longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
+		worst.Round(time.Millisecond), rs.adopted, c.clockOverlaps), violations, clockNote(c.clockDetails)
+}
+
+// recordStats is what one key's records tell beside its sections.
+type recordStats struct {
+	attempts, adopted int
+	failures          map[string]int // by error
+	longest           time.Duration  // the longest attempt
+}
+
+// sections returns one key's sections in the order they began (a killed
+// worker's ending at the kill), reporting an attempt that waited past its
+// context.
+func (h *historyRun) sections(recs []Record, errorf func(format string, args ...any)) ([]section, recordStats) {
 	var secs []section
 	open := map[int]*section{}
 	attempted := map[int]int64{} // each worker's last attempt's start
-	attempts, adopted, failures := 0, 0, map[string]int{}
-	var longest time.Duration
+	rs := recordStats{failures: map[string]int{}}
 	for _, r := range recs {
 		switch r.Kind {
 		case "begin":
@@ -62,10 +95,10 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 			open[r.W] = &section{w: r.W, fence: r.Fence, start: r.At, shared: r.Shared, since: max(r.Since, attempted[r.W])}
 		case "end":
 			if r.Adopted {
-				adopted++
+				rs.adopted++
 			}
 			if strings.HasPrefix(r.Err, "adopt: ") {
-				failures[r.Err]++
+				rs.failures[r.Err]++
 			}
 			if s := open[r.W]; s != nil && r.Fence != s.fence {
 				errorf("worker %d ended fence %d with fence %d (a hand-over changed it)", r.W, s.fence, r.Fence)
@@ -81,15 +114,15 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 			}
 		case "attempt":
 			attempted[r.W] = r.Since
-			attempts++
+			rs.attempts++
 			if r.Err != "" {
-				failures[r.Err]++
+				rs.failures[r.Err]++
 			}
 			d := time.Duration(r.At - r.Since)
 			if d > AcquireTimeout+2*time.Second && !h.pausedDuring(r.W, r.Since, r.At) {
 				errorf("worker %d waited %s in an Acquire with a %s context", r.W, d, AcquireTimeout)
 			}
-			longest = max(longest, d)
+			rs.longest = max(rs.longest, d)
 		}
 	}
 	// A section whose worker was killed ends at the kill.
@@ -100,21 +133,32 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 		}
 	}
 	sort.Slice(secs, func(i, j int) bool { return secs[i].start < secs[j].start })
-	violations := 0
-	// fences: every fence given (never twice, over a Redlock too).
-	fences := map[uint64]bool{}
-	lost, late, shared, sharedOverlaps, clockOverlaps := 0, 0, 0, 0, 0
-	begunLate, begunLateUnpaused, last := 0, 0, -1
-	var clockDetails []string
+	return secs, rs
+}
+
+// sectionCounts counts the sections by what happened to them.
+type sectionCounts struct {
+	lost, late, shared, sharedOverlaps, clockOverlaps int
+	begunLate, begunLateUnpaused                      int
+	clockDetails                                      []string // the first overlaps after a clock jump
+}
+
+// checkOrder checks the sections' fences (each given once, increasing with
+// the sections) and their exclusion, and counts them; it returns the
+// counts and the number of violations.
+func (h *historyRun) checkOrder(secs []section, errorf func(format string, args ...any)) (sectionCounts, int) {
+	var c sectionCounts
+	violations, last := 0, -1
+	fences := map[uint64]bool{} // every fence given (never twice, over a Redlock too)
 	for i, s := range secs {
 		if s.lost {
-			lost++
+			c.lost++
 		}
 		if s.late && !h.pausedDuring(s.w, s.start, s.end) {
-			late++ // not paused by the test: the worker was slow
+			c.late++ // not paused by the test: the worker was slow
 		}
 		if s.shared {
-			shared++
+			c.shared++
 		}
 		if fences[s.fence] {
 			violations++
@@ -130,9 +174,9 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 		// section is counted, and the sections after it are compared with
 		// the last one recorded in time.
 		if s.end <= s.start {
-			begunLate++
+			c.begunLate++
 			if !h.pausedDuring(s.w, s.since, s.start) {
-				begunLateUnpaused++ // slow, not paused by the test: reported
+				c.begunLateUnpaused++ // slow, not paused by the test: reported
 			}
 		} else {
 			if last >= 0 {
@@ -144,35 +188,48 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 			}
 			last = i
 		}
-		// Overlap, of sections one of which is exclusive: allowed only
-		// when the earlier holder was paused when the later one began (a
-		// paused process cannot be excluded; the fences then tell them
-		// apart).
-		overlapped := false
-		for j := i - 1; j >= 0 && j >= i-32 && s.end > s.start; j-- {
-			q := secs[j]
-			if q.end > s.start && q.shared && s.shared && !overlapped {
-				overlapped = true
-				sharedOverlaps++
-			}
-			if q.end > s.start && !(q.shared && s.shared) && !h.pausedDuring(q.w, s.start, s.start) {
-				if h.clockJumpedDuring(q.start, s.start) {
-					clockOverlaps++ // the clock limit of DESIGN §6, measured
-					if len(clockDetails) < 3 {
-						clockDetails = append(clockDetails, fmt.Sprintf("worker %d (fence %d%s) held until %s after worker %d (fence %d%s) began",
-							q.w, q.fence, sharedMark(q.shared), time.Duration(q.end-s.start), s.w, s.fence, sharedMark(s.shared)))
-					}
-					continue
+		violations += h.checkOverlaps(secs, i, &c, errorf)
+	}
+	return c, violations
+}
+
+// checkOverlaps checks section i against the 32 before it: sections one of
+// which is exclusive may overlap only when the earlier holder was paused
+// when the later one began (a paused process cannot be excluded; the
+// fences then tell them apart), or after a server's clock jumped (the
+// clock limit, counted). It returns the number of violations.
+func (h *historyRun) checkOverlaps(secs []section, i int, c *sectionCounts, errorf func(format string, args ...any)) int {
+	s, violations, overlapped := secs[i], 0, false
+	for j := i - 1; j >= 0 && j >= i-32 && s.end > s.start; j-- {
+		q := secs[j]
+		if q.end > s.start && q.shared && s.shared && !overlapped {
+			overlapped = true
+			c.sharedOverlaps++
+		}
+		if q.end > s.start && !(q.shared && s.shared) && !h.pausedDuring(q.w, s.start, s.start) {
+			if h.clockJumpedDuring(q.start, s.start) {
+				c.clockOverlaps++ // the clock limit of DESIGN §6, measured
+				if len(c.clockDetails) < 3 {
+					c.clockDetails = append(c.clockDetails, fmt.Sprintf("worker %d (fence %d%s) held until %s after worker %d (fence %d%s) began",
+						q.w, q.fence, sharedMark(q.shared), time.Duration(q.end-s.start), s.w, s.fence, sharedMark(s.shared)))
 				}
-				violations++
-				errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
-					q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
+				continue
 			}
+			violations++
+			errorf("overlap: worker %d (fence %d) held until %s after worker %d (fence %d) began",
+				q.w, q.fence, time.Duration(q.end-s.start), s.w, s.fence)
 		}
 	}
-	// Progress: a gap between sections not explained by a fault (with a
-	// TTL and 2s to recover after it) is a waiter that was not woken.
-	worst := time.Duration(0)
+	return violations
+}
+
+// checkProgress checks that the key never stayed free, with workers
+// waiting, longer than a fault explains (a gap not explained by a fault,
+// with a TTL and 2s to recover after it, is a waiter that was not woken),
+// and that shared holds were shared. It returns the longest unexplained
+// gap and the number of violations.
+func (h *historyRun) checkProgress(secs []section, c sectionCounts, errorf func(format string, args ...any)) (time.Duration, int) {
+	worst, violations := time.Duration(0), 0
 	for i := 1; i < len(secs); i++ {
 		gap := h.unexplained(secs[i-1].end, secs[i].start)
 		worst = max(worst, gap)
@@ -181,29 +238,13 @@ func (h *historyRun) checkSections(recs []Record, errorf func(format string, arg
 			errorf("no holder for %s between fence %d and %d, with workers waiting and no fault to explain it", gap, secs[i-1].fence, secs[i].fence)
 		}
 	}
-	if h.rw && shared >= 20 && sharedOverlaps == 0 {
+	if h.rw && c.shared >= 20 && c.sharedOverlaps == 0 {
 		// (A short run under faults may hold too few shared sections to
 		// tell.)
 		violations++
-		errorf("no two shared sections overlapped in %d: the shared holds were exclusive", shared)
+		errorf("no two shared sections overlapped in %d: the shared holds were exclusive", c.shared)
 	}
-	kinds := map[string]int{}
-	for _, f := range h.faults {
-		kinds[f.kind]++
-	}
-	var ks []string
-	for k, n := range kinds {
-		ks = append(ks, fmt.Sprintf("%s %d", k, n))
-	}
-	sort.Strings(ks)
-	var fs []string
-	for k, n := range failures {
-		fs = append(fs, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "dlock: "), n))
-	}
-	sort.Strings(fs)
-	return fmt.Sprintf("%d acquisitions (%d shared, %d of them beside another; %d ended by Lost; %d not paused by the test but seen by their worker after the validity; %d recorded only after their validity, %d of them not paused by the test), %d attempts (failed: %s; longest %s), faults %d (%s), longest unexplained gap %s, %d sections handed over (Detach, Adopt), overlaps after a server's clock jumped forward (the clock limit) %d",
-		len(secs), shared, sharedOverlaps, lost, late, begunLate, begunLateUnpaused, attempts, strings.Join(fs, ", "), longest.Round(time.Millisecond), len(h.faults), strings.Join(ks, ", "),
-		worst.Round(time.Millisecond), adopted, clockOverlaps), violations, clockNote(clockDetails)
+	return worst, violations
 }
 
 // killedAfter returns the first time worker w was killed after from.

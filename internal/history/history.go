@@ -152,25 +152,7 @@ func (h *historyRun) inject() {
 		kind = "connections reset"
 		h.proxies[w][node].Reset()
 	case 4:
-		if n == 1 {
-			kind = "worker partitioned"
-		} else if h.rnd.IntN(2) == 0 {
-			kind = "worker partitioned from a minority"
-		} else {
-			kind = "worker partitioned from a majority"
-		}
-		size := n/2 + 1 // a majority; one node of one
-		if kind == "worker partitioned from a minority" {
-			size = n / 2
-		}
-		cut := h.rnd.Perm(n)[:size]
-		for _, i := range cut {
-			h.proxies[w][i].BlackHole(true)
-		}
-		time.Sleep(d)
-		for _, i := range cut {
-			h.proxies[w][i].BlackHole(false)
-		}
+		kind = h.partitionWorker(w, d)
 	case 5:
 		kind = "redis-server frozen"
 		if d > h.ttl && h.rnd.IntN(2) == 0 {
@@ -190,25 +172,61 @@ func (h *historyRun) inject() {
 		time.Sleep(h.ttl + h.ttl/10)
 		h.restart(node, true)
 	case 8:
-		kind = "holder killed (SIGKILL)"
-		p := h.workers[w]
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		h.mu.Lock()
-		h.killed[w] = append(h.killed[w], time.Now())
-		h.mu.Unlock()
-		h.startWorker(w)
+		kind = h.killWorker(w)
 	case 9:
-		kind = "holder paused (SIGSTOP) over its validity"
-		p := h.workers[w]
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		time.Sleep(h.ttl * 3 / 2)
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		h.mu.Lock()
-		h.paused[w] = append(h.paused[w], fault{start: start, end: time.Now()})
-		h.mu.Unlock()
+		kind = h.pauseWorker(w)
 	}
 	h.logFault(fault{kind: kind, w: w, node: node, start: start, end: time.Now()})
+}
+
+// partitionWorker cuts worker w off from a majority or a minority of the
+// nodes (from its one node of one) for d, and returns the fault's kind.
+func (h *historyRun) partitionWorker(w int, d time.Duration) string {
+	n := len(h.servers)
+	kind := "worker partitioned from a majority"
+	if n == 1 {
+		kind = "worker partitioned"
+	} else if h.rnd.IntN(2) == 0 {
+		kind = "worker partitioned from a minority"
+	}
+	size := n/2 + 1 // a majority; one node of one
+	if kind == "worker partitioned from a minority" {
+		size = n / 2
+	}
+	cut := h.rnd.Perm(n)[:size]
+	for _, i := range cut {
+		h.proxies[w][i].BlackHole(true)
+	}
+	time.Sleep(d)
+	for _, i := range cut {
+		h.proxies[w][i].BlackHole(false)
+	}
+	return kind
+}
+
+// killWorker kills worker w (SIGKILL), records when, and starts it anew.
+func (h *historyRun) killWorker(w int) string {
+	p := h.workers[w]
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	h.mu.Lock()
+	h.killed[w] = append(h.killed[w], time.Now())
+	h.mu.Unlock()
+	h.startWorker(w)
+	return "holder killed (SIGKILL)"
+}
+
+// pauseWorker stops worker w (SIGSTOP) for longer than its validity, and
+// records the pause.
+func (h *historyRun) pauseWorker(w int) string {
+	p, start := h.workers[w], time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(h.ttl * 3 / 2)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	h.mu.Lock()
+	h.paused[w] = append(h.paused[w], fault{start: start, end: time.Now()})
+	h.mu.Unlock()
+	return "holder paused (SIGSTOP) over its validity"
 }
 
 // restart starts node i again on its port, with its data, or without.

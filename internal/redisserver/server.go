@@ -574,20 +574,7 @@ func (c *Cluster) setup(ctx context.Context) error {
 		ids[i] = id
 	}
 	wait := func(what string, ready func() (bool, error)) error {
-		for {
-			ok, err := ready()
-			if err != nil {
-				return err
-			}
-			if ok {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("dlocktest: cluster: %s: %w", what, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		return pollUntil(ctx, "dlocktest: cluster: "+what, ready)
 	}
 	// Every node knows every other before a replica can follow its master.
 	if err := wait("nodes did not meet", func() (bool, error) {
@@ -630,6 +617,22 @@ func (c *Cluster) setup(ctx context.Context) error {
 		}
 		return true, nil
 	})
+}
+
+// pollUntil calls ready every 50ms until it reports true or fails, or ctx
+// ends (an error that says what did not happen).
+func pollUntil(ctx context.Context, what string, ready func() (bool, error)) error {
+	for {
+		ok, err := ready()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // WithTLS makes a server also listen for TLS, on a port of its own
