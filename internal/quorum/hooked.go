@@ -2,8 +2,6 @@ package quorum
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,13 +78,7 @@ func (h divertHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.Process
 var connsDivert = sync.OnceValue(probeConnsDivert)
 
 func probeConnsDivert() bool {
-	c := redis.NewClient(&redis.Options{
-		Addr:       "probe:0",
-		MaxRetries: -1,
-		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errors.New("no network: a probe")
-		},
-	})
+	c := probeClient()
 	defer c.Close()
 	var seen, seenPipe atomic.Bool
 	c.AddHook(probeHook{seen: &seen, pipeline: &seenPipe})

@@ -339,14 +339,20 @@ func (n *Node) workerClient() redis.UniversalClient {
 // failure).
 var withTimeoutKeepsHooks = sync.OnceValue(probeKeepsHooks)
 
-func probeKeepsHooks() bool {
-	c := redis.NewClient(&redis.Options{
+// probeClient is a client for the probes: it reaches no network, and
+// retries nothing.
+func probeClient() *redis.Client {
+	return redis.NewClient(&redis.Options{
 		Addr:       "probe:0",
 		MaxRetries: -1,
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
 			return nil, errors.New("no network: a probe")
 		},
 	})
+}
+
+func probeKeepsHooks() bool {
+	c := probeClient()
 	defer c.Close()
 	var seen atomic.Bool
 	c.AddHook(probeHook{seen: &seen})
