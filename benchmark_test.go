@@ -125,6 +125,20 @@ func TestAllocsPerAcquireRelease(t *testing.T) {
 	defer l.Close()
 	r := testing.Benchmark(func(b *testing.B) { benchAcquireRelease(b, l) })
 	t.Logf("with a hook that does nothing: %d allocations per Acquire+Release (%d B)", r.AllocsPerOp(), r.AllocedBytesPerOp())
+	// What go-redis itself costs (reported, not checked): the floor of a
+	// fenced lock (floor_test.go), two scripts by Script.Run on the same
+	// client, with nothing around them.
+	pair, _ := floorOf(false).new(c)
+	ctx := context.Background()
+	r = testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if err := pair(ctx, "allocs"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	t.Logf("the floor of a fenced lock on the same client: %d allocations per pair (%d B)", r.AllocsPerOp(), r.AllocedBytesPerOp())
 }
 
 type nopHook struct{}
