@@ -215,8 +215,9 @@ const (
 )
 
 // serverFault freezes a server for 100 to 800ms, or, one time in fifteen
-// and not on a Cluster, restarts one empty after the longest TTL (the
-// delayed restart: a fence counter lost).
+// (every time under the sabotage of the fence's clock floor) and not on a
+// Cluster, restarts one empty after the longest TTL (the delayed restart: a
+// fence counter lost).
 func (x *exploreRun) serverFault(rnd *rand.Rand) {
 	if x.top.Cluster {
 		return
@@ -225,7 +226,7 @@ func (x *exploreRun) serverFault(rnd *rand.Rand) {
 	srv := x.servers[node]
 	start := now()
 	kind := fFreeze
-	if rnd.IntN(15) == 0 || x.sab.restarts() && rnd.IntN(3) == 0 {
+	if x.sab.restarts() || rnd.IntN(15) == 0 {
 		kind = fRestart
 		_ = srv.Kill()
 		// The whole time, also when the run stops meanwhile: a server

@@ -40,6 +40,15 @@ func (x *exploreRun) worker(w int) {
 		total += o.weight
 	}
 	for !x.stopped() {
+		if x.sab.closeReleases() && rnd.IntN(4) == 0 {
+			// The sabotage of Close shows where a Detach meets a Close:
+			// one operation in four races them (and the draws of a run
+			// without it stay those of its seed).
+			x.ops.Add(1)
+			x.opRace(rnd)
+			x.sleep(ms(rnd, 1, 10)) // a slot being made again is skipped
+			continue
+		}
 		n := rnd.IntN(total)
 		for _, o := range exploreOps {
 			if n -= o.weight; n < 0 {

@@ -10,6 +10,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -164,13 +165,16 @@ func sabotagedAll(x *exploreRun, cmds [][]any) [][]any {
 // detached locks would.
 func (x *exploreRun) releaseDetached(slot, gen int) {
 	x.mu.Lock()
+	holds := slices.Clone(x.holds)
+	x.mu.Unlock()
 	var tokens [][2]string
-	for _, h := range x.holds {
+	for _, h := range holds {
+		h.mu.Lock() // how is the holder's to write (ended)
 		if h.slot == slot && h.gen == gen && h.how == "detached" {
 			tokens = append(tokens, [2]string{h.key, h.token})
 		}
+		h.mu.Unlock()
 	}
-	x.mu.Unlock()
 	const del = `local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'string' then
   if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
