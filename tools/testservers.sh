@@ -12,9 +12,10 @@
 # tests: they test dlock's side (its rounds, timers and clean-up) under a
 # fault the test makes, which no server changes, and make test already runs
 # them on Redis 7.0; nor the extras' (the client families' side, the same
-# on every server). The servers run one after the other (about 80s each):
-# run at once beside other load, a fault test's timing failed for want of
-# CPU (TestSlotMigrationUnderLoad's releases). Each server's output: the
+# on every server). The servers run one after the other (about 80s each),
+# beside the modules' tests (make test): the two servers' runs at once, with
+# other load, once failed a fault test's timing for want of CPU
+# (TestSlotMigrationUnderLoad's releases). Each server's output: the
 # tests that ran on it and their results, or everything of a run that
 # failed. Exits with the first failure's status.
 set -u

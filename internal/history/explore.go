@@ -169,16 +169,28 @@ func (e Explore) runOne(t *testing.T, top Topology, seed uint64) {
 	x := newRun(t, e, top, seed)
 	x.explore(e.Duration)
 	res := x.result(e.Duration)
-	if e.Report != nil {
+	switch {
+	case e.Report != nil:
 		e.Report(res)
-	} else {
-		for i, v := range res.Violations {
-			if i < 8 {
-				t.Errorf("%s at %s: %s\n\t%s", v.Check, v.At.Round(time.Millisecond), v.Message, strings.Join(v.History, "\n\t"))
-			} else {
-				t.Errorf("%s at %s: %s", v.Check, v.At.Round(time.Millisecond), v.Message)
-			}
+	case len(res.Violations) > 0 && !res.safety() && os.Getenv("DLOCK_EXPLORE_DURATION") == "":
+		// make test's brief run met a violation of the errors' truth or
+		// of liveness only (no safety check): it is named in full, and
+		// the seed runs once more; the test fails if any violation is
+		// seen again. A defect that a seed's schedule brings out fails
+		// the test; one seen once in a brief run is named for make
+		// verify to chase (reliability.md, "Where it runs"). Safety
+		// violations fail at once.
+		for _, v := range res.Violations {
+			t.Logf("seen once: %s at %s: %s\n\t%s", v.Check, v.At.Round(time.Millisecond), v.Message, strings.Join(v.History, "\n\t"))
 		}
+		t.Log(res.Summary())
+		fmt.Println(res.Summary(), "(the seed runs once more)")
+		x = newRun(t, e, top, seed)
+		x.explore(e.Duration)
+		res = x.result(e.Duration)
+		res.failAll(t)
+	default:
+		res.failAll(t)
 	}
 	if os.Getenv("DLOCK_EXPLORE_DEBUG") != "" {
 		t.Log(x.faultsByScript())
@@ -213,6 +225,31 @@ func (e Explore) runOne(t *testing.T, top Topology, seed uint64) {
 		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
 			fmt.Fprintln(f, res.Summary())
 			f.Close()
+		}
+	}
+}
+
+// safety reports whether a violation is of a safety check: anything but
+// the truth of errors (ErrNotHeld, ErrUnavailable, ErrMisconfigured,
+// ErrLockLost, an Adopt refused) and liveness.
+func (r Result) safety() bool {
+	for _, v := range r.Violations {
+		switch v.Check {
+		case "ErrNotHeld untrue", "ErrUnavailable untrue", "ErrMisconfigured untrue", "lost untrue", "Adopt untrue", "liveness":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// failAll fails t with each violation, the first eight with their history.
+func (r Result) failAll(t *testing.T) {
+	for i, v := range r.Violations {
+		if i < 8 {
+			t.Errorf("%s at %s: %s\n\t%s", v.Check, v.At.Round(time.Millisecond), v.Message, strings.Join(v.History, "\n\t"))
+		} else {
+			t.Errorf("%s at %s: %s", v.Check, v.At.Round(time.Millisecond), v.Message)
 		}
 	}
 }
