@@ -30,10 +30,10 @@ build:
 # supported one), and internal/quorum's (the
 # client's call path) whole; the rest of the root package is dlock's own
 # logic, the same with any go-redis, and runs once, to keep make test
-# within its time. TestHistory is a parallel test, beside the others that
-# mostly wait; the go-redis-latest pass runs 4 of them at once (-parallel
-# 4; the default is GOMAXPROCS, 2 on the CI machine), the first pass the
-# default number, as cmd/dlock's timed tests run alongside it there. Last,
+# within its time. The parallel tests mostly wait (TestHistory among them);
+# the go-redis-latest pass runs 4 of them at once (-parallel 4; the default
+# is GOMAXPROCS, 2 on the CI machine), the first pass the default number,
+# as cmd/dlock's timed tests run alongside it there. Last,
 # while the modules' tests run, tools/testservers.sh runs the contract
 # suite, the history checker (5s a topology) and the fault tests of the
 # server's own behaviour on Valkey and Redis 8 (../shared/servers/, where
