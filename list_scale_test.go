@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // TestListScale: List on a keyspace of many unrelated keys and many locks,
@@ -186,27 +187,10 @@ func fill(t *testing.T, n int, admins []*redis.Client) {
 func slotTag(slot int) string {
 	for i := 0; ; i++ {
 		tag := strconv.Itoa(i)
-		if redisSlot(tag) == slot {
+		if keys.Slot(tag) == slot {
 			return tag
 		}
 	}
-}
-
-// redisSlot is the Cluster slot of a key without braces: CRC16 modulo
-// 16384.
-func redisSlot(key string) int {
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }
 
 // cmdStat is a command's INFO commandstats entry.

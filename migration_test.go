@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // A live slot migration under load: the slot of three keys moves back and
@@ -28,29 +29,13 @@ import (
 // to Lost), fences increasing in the order of the sections, and no error
 // but the transient ones (never ErrMisconfigured).
 
-// crc16 is Redis Cluster's key hash (XMODEM).
-func crc16(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
 // sameSlotKeys returns n lock keys whose slot is one (dlock's keys hash
 // on the lock key, their hash tag), and the slot.
 func sameSlotKeys(n int) ([]string, int) {
 	by := map[int][]string{}
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("mig%d", i)
-		s := int(crc16([]byte(k)) % 16384)
+		s := keys.Slot(k)
 		by[s] = append(by[s], k)
 		if len(by[s]) == n {
 			return by[s], s
