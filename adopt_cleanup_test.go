@@ -161,3 +161,58 @@ func TestAdoptAfterTwoLimitChanges(t *testing.T) {
 		t.Fatalf("Adopt of the permit (Handoff.Limit %d, the key's limit now 2): %v", h.Limit, err)
 	}
 }
+
+// TestAdoptAgainAfterLimitMoved: a permit acquired WithLimit(3), adopted
+// WithLimit(3) after SetLimit moved the limit to 5 (so a permit of 5, what
+// its next Handoff says), then detached again after a second change (5 →
+// 2), is adopted with that Handoff's Limit, 5: a limit the permit was
+// known by. Before, adopt.lua accepted only the grant's limit (3), so the
+// Handoff's 5 was refused as another shape: ErrNotHeld for a live hold
+// (the explorer, seeds 10755459180376304600 and 11055276257480223549). The
+// grant's limit is still accepted (a retry of the first Adopt), and a
+// limit the permit never had is not.
+func TestAdoptAgainAfterLimitMoved(t *testing.T) {
+	s := dlocktest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newLocker := func() *dlock.Locker {
+		c := s.Client()
+		t.Cleanup(func() { c.Close() })
+		l := dlock.New(c)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	l := newLocker()
+	k, err := l.TryAcquire(ctx, "sem", dlock.WithLimit(3), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetLimit(ctx, "sem", 5); err != nil {
+		t.Fatal(err)
+	}
+	h := k.Detach()
+	k2, err := newLocker().Adopt(ctx, h.Key, h.Token, dlock.WithTTL(10*time.Second), dlock.WithLimit(h.Limit))
+	if err != nil {
+		t.Fatalf("the first Adopt (Handoff.Limit %d, the key's limit 5): %v", h.Limit, err)
+	}
+	if err := l.SetLimit(ctx, "sem", 2); err != nil {
+		t.Fatal(err)
+	}
+	h2 := k2.Detach()
+	if h2.Limit != 5 {
+		t.Fatalf("the adopted permit's Handoff.Limit is %d, want 5", h2.Limit)
+	}
+	if _, err := newLocker().Adopt(ctx, h2.Key, h2.Token, dlock.WithTTL(10*time.Second), dlock.WithLimit(4)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Adopt WithLimit(4), a limit the permit never had: %v, want ErrNotHeld", err)
+	}
+	if _, err := newLocker().Adopt(ctx, h.Key, h.Token, dlock.WithTTL(10*time.Second), dlock.WithLimit(3)); err != nil {
+		t.Fatalf("Adopt WithLimit(3), the grant's limit: %v", err)
+	}
+	k3, err := newLocker().Adopt(ctx, h2.Key, h2.Token, dlock.WithTTL(10*time.Second), dlock.WithLimit(h2.Limit))
+	if err != nil {
+		t.Fatalf("the second Adopt (Handoff.Limit %d, the key's limit 2): %v", h2.Limit, err)
+	}
+	if err := k3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

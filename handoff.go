@@ -208,7 +208,9 @@ func (k *Lock) detachedError(verb string) error {
 // every fence issued for the key, recorded with the hold from then on.
 // A permit whose semaphore's limit SetLimit changed from n to m (within
 // LimitGrace) is adopted WithLimit(n) as a permit of m (the *Lock's quorum
-// is then m's).
+// is then m's, and its Handoff's Limit m): from then on, whatever SetLimit
+// does, it is adopted WithLimit(n) or WithLimit(m), each limit it was
+// granted or adopted as, and with no other.
 //
 // It returns an error wrapping ErrNotHeld when a quorum says that token does
 // not hold key (it expired, was released, taken, or is held in another

@@ -57,6 +57,7 @@ type hold struct {
 	begin     int64 // when it returned
 	anchor    bool  // the changer's permit (see changer)
 	from      *hold // the detached hold that Adopt took on
+	handed    int   // its Handoff's Limit (SetLimit may have moved it), once detached
 
 	mu    sync.Mutex
 	valid int64  // the latest validity reported, capped by shortening Extends
@@ -361,7 +362,11 @@ func (g *holding) detach() dlock.Handoff {
 	g.sample()
 	t := now()
 	g.ended(t, "detached")
-	return g.k.Detach()
+	h := g.k.Detach()
+	g.h.mu.Lock()
+	g.h.handed = h.Limit
+	g.h.mu.Unlock()
+	return h
 }
 
 // isErr reports whether err wraps target.

@@ -161,15 +161,18 @@ func (x *exploreRun) limitInPlay(c *claim) bool {
 	if c.key != kSem || c.shape.shared || c.h == nil || c.h.shape.shared {
 		return false
 	}
-	// The limit the permit was granted with, which adopt.lua accepts
-	// whatever SetLimit did since (its "l:" entry): the first hold of the
-	// chain of Adopts.
-	first := c.h
-	for first.from != nil {
-		first = first.from
-	}
-	if first.op != "Adopt" && c.shape.limit == first.shape.limit {
-		return true
+	// The limits the permit was known by, which adopt.lua accepts
+	// whatever SetLimit did since (its "l:" entry): the one it was granted
+	// with (the first hold of the chain of Adopts), each an Adopt of the
+	// chain asked for, and each a Handoff of the chain named (the limit an
+	// Adopt made it a permit of).
+	for h := c.h; h != nil; h = h.from {
+		h.mu.Lock()
+		handed := h.handed
+		h.mu.Unlock()
+		if (h.from != nil || h.op != "Adopt") && c.shape.limit == h.shape.limit || c.shape.limit == handed {
+			return true
+		}
 	}
 	from, oks := int64(0), 0
 	for i := len(x.limits) - 1; i >= 0 && oks < 2; i-- {

@@ -4,7 +4,8 @@
 -- first, and returned, so that Adopt is one round trip. It writes only what
 -- extend.lua writes for the holder (the lock's TTL, never moved earlier; the
 -- counter's life; the holder's entries in the metadata hash: its fence
--- recorded there); it never takes a free key.
+-- recorded there, and the limit a permit whose limit SetLimit moved is now
+-- one of); it never takes a free key.
 --
 -- KEYS, a run of the order that every script takes its keys in (see
 -- internal/keys): extend.lua's group of five, then three more:
@@ -29,10 +30,13 @@
 -- buried token is never set again. The shape is the key's type and stored
 -- limit: a lock is a string; a permit of n (n > 1) a member of a sorted set
 -- whose limit key holds n, or holds m where Locker.SetLimit changed the
--- limit since the permit was granted with n (its "l:" entry, written by its
--- grant; for a permit of a version before the entry, the last change's
--- record, "n m ..."), and then limit is m: the adopted permit is one of the
--- semaphore's limit; a shared hold a member of one whose limit key holds
+-- limit since the permit was known by n (its "l:" entry: the limit of its
+-- grant, then each limit an Adopt made it a permit of, separated by spaces;
+-- for a permit of a version before the entry, the last change's record,
+-- "n m ..."), and then limit is m, added to the "l:" entry: the adopted
+-- permit is one of the semaphore's limit, and a later Adopt with the limit
+-- its Handoff names (m), or with any it was known by (a retry, a copy of
+-- this one run late), finds it so; a shared hold a member of one whose limit key holds
 -- "0". fence is the holder's fence (a
 -- decimal string): its "f:" entry (written by grants and renewals of a
 -- permit, a shared hold, a holder with metadata, and a lock on a Redlock, and
@@ -55,6 +59,7 @@ if m.err then
 end
 local metadata, fence, granted = m[1] or '', m[2], m[3]
 local other = {0, '', '', limit} -- held in another shape
+local known -- the limits the permit was known by, where SetLimit moved it
 if limit ~= '1' then
   local ty = redis.call('TYPE', KEYS[1])['ok']
   local held = redis.call('GET', KEYS[5])
@@ -65,7 +70,8 @@ if limit ~= '1' then
   end
   if ty == 'zset' and held and held ~= limit then
     local old, new = string.match(redis.call('GET', KEYS[8]) or '', '^(%d+) (%d+)')
-    if limit == '0' or held == '0' or (granted or old) ~= limit or (not granted and new ~= held) then
+    known = granted or (new == held and old) or ''
+    if limit == '0' or held == '0' or not string.find(' ' .. known .. ' ', ' ' .. limit .. ' ', 1, true) then
       return other
     end
     limit = held -- moved by SetLimit
@@ -103,5 +109,8 @@ if type(r) == 'table' then
 end
 if r ~= 1 then
   return {r, '', '', limit}
+end
+if known and not string.find(' ' .. known .. ' ', ' ' .. limit .. ' ', 1, true) then
+  redis.call('HSET', KEYS[4], 'l:' .. token, known .. ' ' .. limit)
 end
 return {r, fence, metadata, limit}
