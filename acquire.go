@@ -29,7 +29,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	for lim.again(ctx, l, key, &cfg, err) {
 		k, err = l.tryAcquire(ctx, key, cfg, &a)
 	}
-	err = l.nameCauses(err, cfg.ttl)
+	err = l.nameCauses(lim.settle(err), cfg.ttl)
 	a.end(k, err)
 	return k, err
 }
@@ -92,7 +92,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	for lim.again(ctx, l, key, &cfg, err) {
 		k, err = l.acquire(ctx, key, cfg, &a)
 	}
-	err = l.nameCauses(err, cfg.ttl)
+	err = l.nameCauses(lim.settle(err), cfg.ttl)
 	a.end(k, err)
 	return k, err
 }
@@ -151,6 +151,18 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		if res.final(ctx) && lim.again(ctx, l, key, &cfg, res.limitErr) {
 			continue // the limit was changed (SetLimit): ask with the new one, or once the nodes agree
 		}
+		if unsure := lim.unsure; res.final(ctx) && ctx.Err() == nil && lim.retry(&res) {
+			// A node refused the limit and too few nodes answered to bring
+			// it along: wait as for nodes that do not answer, and try
+			// again.
+			switch timer.sleep(ctx, ks.wake, l.done, l.nodeTimeout(cfg.ttl)) {
+			case sleepCtxEnded:
+				return nil, fmt.Errorf("%w (%w)", unsure, ctx.Err())
+			case sleepClosed:
+				return nil, closedErr(key)
+			}
+			continue
+		}
 		if res.final(ctx) {
 			return nil, res.err(key, ctx)
 		}
@@ -191,10 +203,10 @@ func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a 
 	switch {
 	case k != nil:
 		return k, nil, true
-	case res.final(ctx):
+	case res.final(ctx) && res.limitErr == nil:
 		return nil, res.err(key, ctx), true
 	}
-	return nil, nil, false
+	return nil, nil, false // (another limit: the wait's loop brings the nodes along)
 }
 
 // canWait checks, after an attempt that did not get the lock, that its

@@ -340,20 +340,39 @@ func parseLimitReply(v any) (limitReply, error) {
 // convergeLimit brings along the nodes of key that missed the last change
 // of its limit (catchUp), for an acquisition that a node refused for the
 // limit: one round to read the nodes, one to send the change to those
-// behind. It reports whether one of them took it.
-func (l *Locker) convergeLimit(ctx context.Context, nm *keys.Names) bool {
+// behind. It reports whether one of them took it. When none did, and a
+// node says that asked is the limit (it holds it, or its last change
+// records it) while another did not answer (in either round), the
+// refusal shows no misconfiguration: the nodes could not be brought along,
+// and it returns an error wrapping ErrUnavailable, with the nodes'
+// failures, for the acquisition to return instead of ErrMisconfigured.
+func (l *Locker) convergeLimit(ctx context.Context, nm *keys.Names, asked string) (bool, error) {
 	if len(l.nodes) == 1 {
-		return false // one Redis, or a Cluster: no node to bring along
+		return false, nil // one Redis, or a Cluster: no node to bring along
 	}
 	states, o := l.limitStates(ctx, nm)
+	agrees := false
+	for _, s := range states {
+		agrees = agrees || s.ok && (s.code == 1 && s.limit == asked || s.change.op != 0 && s.change.new == asked)
+	}
+	unsure := func(o outcome) error {
+		if !agrees || len(o.errs) == 0 {
+			return nil
+		}
+		return o.wrap(ErrUnavailable, fmt.Sprintf("%q: a node holds it with another limit than %s, which other nodes hold or recorded, and too few nodes answered to bring it along (see SetLimit)", nm.Key, asked))
+	}
 	if o.ok < l.quorum {
-		return false
+		return false, unsure(o.outcome)
 	}
 	c, readAt, send := catchUp(states, l.quorum)
 	if send == nil {
-		return false
+		return false, unsure(o.outcome)
 	}
-	return l.applyLimit(ctx, nm, c, readAt, send, 1).ok > 0
+	if a := l.applyLimit(ctx, nm, c, readAt, send, 1); a.ok > 0 {
+		return true, nil
+	} else {
+		return false, unsure(a.outcome)
+	}
 }
 
 // catchUp is the change that the nodes whose states a majority read should
@@ -423,11 +442,13 @@ func limitMoved(err error) (int, bool) {
 
 // limitRetry is what an acquisition did about the limits its attempts
 // were refused for: how often it asked again with the limit that SetLimit
-// changed the one asked for to, and whether it brought the nodes along to
-// the last change of the limit (see SetLimit).
+// changed the one asked for to, whether it brought the nodes along to the
+// last change of the limit (see SetLimit), and, when it could not for
+// want of answers, the error that says so (unsure).
 type limitRetry struct {
 	moves     int
 	converged bool
+	unsure    error
 }
 
 // again reports whether an acquisition of key with cfg whose attempt
@@ -458,5 +479,30 @@ func (r *limitRetry) againAfter(ctx context.Context, l *Locker, key string, cfg 
 		return false
 	}
 	r.converged = true
-	return l.convergeLimit(ctx, l.names(key))
+	changed, unsure := l.convergeLimit(ctx, l.names(key), strconv.Itoa(cfg.limit))
+	r.unsure = unsure
+	return changed
+}
+
+// settle is the error of an acquisition that failed with err: ErrUnavailable
+// (unsure) instead of a refusal for the limit that the nodes could not be
+// brought along to resolve.
+func (r *limitRetry) settle(err error) error {
+	var e *limitMismatchError
+	if r.unsure != nil && errors.As(err, &e) {
+		return r.unsure
+	}
+	return err
+}
+
+// retry reports, after the attempt of a waiting acquisition whose refusal
+// for the limit could not be resolved for want of answers, that the
+// acquisition should wait and try again (bringing the nodes along again)
+// rather than return.
+func (r *limitRetry) retry(res *attemptResult) bool {
+	if res.limitErr == nil || r.unsure == nil {
+		return false
+	}
+	r.converged, r.unsure = false, nil
+	return true
 }

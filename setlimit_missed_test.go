@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -175,4 +176,77 @@ func TestSetLimitRegainedBehind(t *testing.T) {
 	if _, err := l.TryAcquire(ctx(t), "sem", dlock.WithLimit(3)); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrMisconfigured) {
 		t.Errorf("a fourth permit of 3: %v, want ErrNotAcquired", err)
 	}
+}
+
+// TestLimitBehindWhileNodeDown: a Redlock of three masters, the second and
+// third behind proxies. SetLimit raises a held semaphore 2 → 3 while the
+// third is cut off (it stays at 2, the first two record the change). Then
+// the second goes silent: an acquisition with the new limit meets the
+// third's "held with limit 2" and cannot bring it along (the second, which
+// recorded the change, does not answer). The limit it asked for is the
+// fleet's, so it is not told ErrMisconfigured (exit 78 in the CLI: "fix
+// your configuration"), but ErrUnavailable: too few nodes answered. Once
+// the second answers again, an acquisition brings the third along and is
+// granted. (The explorer, rueidis, Redlock of 5, seed
+// 11890724378170654028: ErrMisconfigured after SetLimit(4) returned nil,
+// under faults that cut the convergence's commands.)
+func TestLimitBehindWhileNodeDown(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	var proxies []*dlocktest.Proxy
+	for _, s := range servers[1:] {
+		p, err := dlocktest.NewProxy(s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		proxies = append(proxies, p)
+	}
+	mk := func() *dlock.Locker {
+		var clients []redis.UniversalClient
+		for _, addr := range []string{servers[0].Addr(), proxies[0].Addr(), proxies[1].Addr()} {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { _ = c.Close() })
+			clients = append(clients, c)
+		}
+		l, err := dlock.NewRedlock(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	holders, setter, b := mk(), mk(), mk()
+	held := hold(t, holders, "sem", 2, 2)
+	defer func() {
+		for _, k := range held {
+			_ = k.Release(ctx(t))
+		}
+	}()
+	var err error
+	cutOff(proxies[1], func() { err = setter.SetLimit(ctx(t), "sem", 3) })
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("SetLimit with the third master cut off: %v, want ErrUnavailable", err)
+	}
+	proxies[0].BlackHole(true)
+	_, err = b.TryAcquire(ctx(t), "sem", dlock.WithLimit(3))
+	t.Logf("TryAcquire with the new limit, the second master silent: %v", err)
+	if errors.Is(err, dlock.ErrMisconfigured) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("TryAcquire with the fleet's limit, the second master silent: %v, want ErrUnavailable, not ErrMisconfigured", err)
+	}
+	actx, cancel := context.WithTimeout(ctx(t), 1500*time.Millisecond)
+	_, err = b.Acquire(actx, "sem", dlock.WithLimit(3))
+	cancel()
+	t.Logf("Acquire with the new limit for 1.5s, the second master silent: %v", err)
+	if errors.Is(err, dlock.ErrMisconfigured) || !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire with the fleet's limit, the second master silent: %v, want ErrUnavailable and the deadline, not ErrMisconfigured", err)
+	}
+	proxies[0].Reset()
+	proxies[0].BlackHole(false)
+	// (Acquire: it waits for the master that did not answer to be heard
+	// again.)
+	k, err := b.Acquire(ctx(t), "sem", dlock.WithLimit(3))
+	if err != nil {
+		t.Fatalf("Acquire with the new limit, every master back: %v", err)
+	}
+	_ = k.Release(ctx(t))
 }
