@@ -228,8 +228,9 @@ func (k *Lock) detachedError(verb string) error {
 // late. So the hold, if it was live, stays so: another Adopt of the token
 // (a retry) may take it on, and nothing of the failed one ends that; if
 // nobody does, the key is free once that TTL runs out. Only when a quorum
-// said the token no longer holds the key (the hold is gone) are the nodes
-// that confirmed released, at once. An Adopt whose command ran twice (a
+// said the token no longer holds the key (the hold is gone), and no node
+// said that it holds the key in another shape (where the token may hold
+// it), are the nodes that confirmed released, at once. An Adopt whose command ran twice (a
 // retry of the client) writes nothing more the second time.
 //
 // The token is the capability: Adopt does not exclude another Adopt of the
@@ -312,7 +313,7 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 	k := l.newLock(key, l.names(key), token, 0, cfg, perNode(leaseBuf[:], len(l.nodes)))
 	k.opsBusy = true // not shared yet: the round below is its first
 	start := time.Now()
-	results, missing, reply, agreed, recorded := k.adoptFanout(ctx, cfg.ttl, l.nodeTimeout(cfg.ttl))
+	results, missing, reply, agreed, otherShape, recorded := k.adoptFanout(ctx, cfg.ttl, l.nodeTimeout(cfg.ttl))
 	k.fence, k.metadata = reply.Fence, reply.Metadata
 	if agreed && reply.Limit != limitArg(k.limit, k.shared) {
 		// SetLimit moved the semaphore's limit: the permit is one of the
@@ -323,9 +324,11 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 	// Unless a quorum refused it (the hold is gone), a failed Adopt leaves
 	// the hold alone: it may be live, and another Adopt of its token (a
 	// retry) may take it on, whose hold a clean-up of this one would end.
+	// So does one that a node refused for its shape: the token may hold
+	// the key there in another, and so be live.
 	o := l.ownerChecked(key, results, missing, k.quorum)
 	k.mu.Lock()
-	k.keep = o.class(ErrNotHeld) != ErrNotHeld
+	k.keep = o.class(ErrNotHeld) != ErrNotHeld || otherShape
 	k.mu.Unlock()
 	free, err := k.settleRound(cfg.ttl, start, results, missing, func() { close(recorded) })
 	k.giveOps()
@@ -367,7 +370,7 @@ func (l *Locker) adopt(ctx context.Context, key, token string, cfg lockConfig) (
 // larger one (they granted late) or a smaller one (a raise that failed),
 // but never a quorum of them. The answers that come after the round are
 // recorded once the caller closes recorded.
-func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]quorum.Result[int64], []quorum.Missing, script.AdoptReply, bool, chan struct{}) {
+func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) (_ []quorum.Result[int64], _ []quorum.Missing, _ script.AdoptReply, agreed, otherShape bool, _ chan struct{}) {
 	l := k.l
 	recorded := make(chan struct{})
 	args := script.AdoptArgs{Token: k.tokenArg, TTL: l.ttlArg(ttl), Retention: l.retentionArg, Limit: limitArg(k.limit, k.shared)}
@@ -397,8 +400,9 @@ func (k *Lock) adoptFanout(ctx context.Context, ttl, timeout time.Duration) ([]q
 	results := make([]quorum.Result[int64], len(rs))
 	for i, r := range rs {
 		results[i] = quorum.Result[int64]{Node: r.Node, Val: r.Val.Held, Err: r.Err}
+		otherShape = otherShape || r.Err == nil && r.Val.OtherShape
 	}
-	return results, missing, reply, agreed, recorded
+	return results, missing, reply, agreed, otherShape, recorded
 }
 
 // adoptAgreed returns the reply of adopt.lua on which enough nodes agree,

@@ -585,3 +585,59 @@ func TestAdoptAfterSetLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptOtherShapeLeavesTheHold: on a Redlock of three masters, an
+// Adopt of a live permit of 3 WithLimit(4) is refused for its shape by two
+// masters, and its command on the third runs but its reply is lost: it
+// fails with ErrNotHeld. The refusals say the token holds the key there,
+// in another shape: the hold is live, so the failed Adopt must not release
+// it where its command may have run (before, a quorum's refusal of any
+// kind made it clean up there, and the permit was gone from the third
+// master: the explorer, rueidis, Redlock of 3, seed 11890724378170654028,
+// "ErrNotHeld untrue" on the Release of the permit adopted right after,
+// in its own shape).
+func TestAdoptOtherShapeLeavesTheHold(t *testing.T) {
+	servers := dlocktest.StartN(t, 3)
+	clients := dlocktest.Clients(t, servers...)
+	proxy, err := dlocktest.NewProxy(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	var adopterClients []redis.UniversalClient
+	for _, addr := range []string{proxy.Addr(), servers[1].Addr(), servers[2].Addr()} {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}) // the lost reply stays lost
+		t.Cleanup(func() { _ = c.Close() })
+		adopterClients = append(adopterClients, c)
+	}
+	adopter, err := dlock.NewRedlock(adopterClients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := lockers(t, 2, func() []redis.UniversalClient { return dlocktest.Clients(t, servers...) })
+	p, err := ls[0].TryAcquire(ctx(t), "sem", dlock.WithLimit(3), dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Detach()
+	proxy.LoseReply(h.Token)
+	if a, err := adopter.Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(4)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Adopt WithLimit(4) of a permit of 3: adopted %v, %v; want ErrNotHeld", a != nil, err)
+	}
+	// A clean-up runs in the background; Close waits for it.
+	if err := adopter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients {
+		if _, err := c.ZScore(ctx(t), "dlock:{sem}", h.Token).Result(); err != nil {
+			t.Errorf("master %d: the permit after the failed Adopt: %v", i, err)
+		}
+	}
+	a, err := ls[1].Adopt(ctx(t), h.Key, h.Token, dlock.WithLimit(3))
+	if err != nil {
+		t.Fatalf("Adopt in its own shape: %v", err)
+	}
+	if err := a.Release(ctx(t)); err != nil {
+		t.Fatalf("Release of the adopted permit: %v", err)
+	}
+}

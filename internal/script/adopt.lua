@@ -23,7 +23,9 @@
 -- ARGV[4] limit          "1" for a lock, n > 1 for a semaphore, "0" for a
 --                        shared hold (as extend.lua's)
 --
--- Returns {r, fence, metadata, limit}. r is extend.lua's group reply: 1 if
+-- Returns {r, fence, metadata, limit} or, refused for the shape, {0, "",
+-- "", limit, 1} (the token may hold the key in that other shape: a failed
+-- Adopt must leave it be). r is extend.lua's group reply: 1 if
 -- the token holds the key in the shape ARGV[4] names and its TTL was set, 0
 -- if the key holds another value (another owner, all permits taken) or is
 -- held in another shape, -1 if it is free (or the token's permit is gone); a
@@ -58,7 +60,7 @@ if m.err then
   return m -- WRONGTYPE: not written by dlock
 end
 local metadata, fence, granted = m[1] or '', m[2], m[3]
-local other = {0, '', '', limit} -- held in another shape
+local other = {0, '', '', limit, 1} -- held in another shape (perhaps by this token: the fifth element)
 local known -- the limits the permit was known by, where SetLimit moved it
 if limit ~= '1' then
   local ty = redis.call('TYPE', KEYS[1])['ok']

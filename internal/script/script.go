@@ -447,18 +447,21 @@ func (a *AdoptArgs) Command(keys []any) []any {
 // AdoptReply is one node's answer to adopt.lua: extend.lua's group reply
 // (1 held and extended, 0 another value or shape, -1 free), and, when it
 // is 1, the holder's fence and metadata; Limit is the limit the hold has
-// (the one asked, or the one SetLimit moved it to).
+// (the one asked, or the one SetLimit moved it to). OtherShape is set for
+// a refusal because the key is held in another shape than the one asked
+// (perhaps by this token).
 type AdoptReply struct {
-	Held     int64
-	Fence    uint64
-	Metadata string
-	Limit    string
+	Held       int64
+	Fence      uint64
+	Metadata   string
+	Limit      string
+	OtherShape bool
 }
 
 // ParseAdopt reads adopt.lua's reply.
 func ParseAdopt(v any) (AdoptReply, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) != 4 {
+	if !ok || len(arr) != 4 && len(arr) != 5 {
 		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
 	}
 	held, ok := arr[0].(int64)
@@ -468,6 +471,9 @@ func ParseAdopt(v any) (AdoptReply, error) {
 		return AdoptReply{}, BadReply("unexpected adopt reply %v", v)
 	}
 	r := AdoptReply{Held: held, Metadata: md, Limit: lim}
+	if len(arr) == 5 {
+		r.OtherShape = held == 0 && arr[4] == int64(1)
+	}
 	if held == 1 {
 		f, err := ParseUint(arr[1])
 		if err != nil || f == 0 {
