@@ -488,8 +488,17 @@ func (r *limitRetry) againAfter(ctx context.Context, l *Locker, key string, cfg 
 // (unsure) instead of a refusal for the limit that the nodes could not be
 // brought along to resolve.
 func (r *limitRetry) settle(err error) error {
+	if r.unsure == nil {
+		return err // (before errors.As, whose target escapes: no allocation on the everyday path)
+	}
+	return r.settleUnsure(err)
+}
+
+// settleUnsure is settle once an attempt to bring the nodes along lacked
+// answers.
+func (r *limitRetry) settleUnsure(err error) error {
 	var e *limitMismatchError
-	if r.unsure != nil && errors.As(err, &e) {
+	if errors.As(err, &e) {
 		return r.unsure
 	}
 	return err
