@@ -29,7 +29,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LockOption)
 	for lim.again(ctx, l, key, &cfg, err) {
 		k, err = l.tryAcquire(ctx, key, cfg, &a)
 	}
-	err = l.nameCauses(lim.settle(err), cfg.ttl)
+	err = l.nameCauses(lim.settle(ctx, err), cfg.ttl)
 	a.end(k, err)
 	return k, err
 }
@@ -89,10 +89,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	a.start(l, ctx, key, cfg)
 	k, err := l.acquire(ctx, key, cfg, &a)
 	var lim limitRetry // the limit was changed (SetLimit): see limitRetry
-	for lim.again(ctx, l, key, &cfg, err) {
+	for lim.again(ctx, l, key, &cfg, err) || lim.wait(ctx, l, cfg, err) {
 		k, err = l.acquire(ctx, key, cfg, &a)
 	}
-	err = l.nameCauses(lim.settle(err), cfg.ttl)
+	err = l.nameCauses(lim.settle(ctx, err), cfg.ttl)
 	a.end(k, err)
 	return k, err
 }
@@ -157,7 +157,7 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 			// again.
 			switch timer.sleep(ctx, ks.wake, l.done, l.nodeTimeout(cfg.ttl)) {
 			case sleepCtxEnded:
-				return nil, fmt.Errorf("%w (%w)", unsure, ctx.Err())
+				return nil, unsureErr(unsure, ctx)
 			case sleepClosed:
 				return nil, closedErr(key)
 			}
@@ -203,10 +203,10 @@ func (l *Locker) uncontended(ctx context.Context, key string, cfg lockConfig, a 
 	switch {
 	case k != nil:
 		return k, nil, true
-	case res.final(ctx) && res.limitErr == nil:
+	case res.final(ctx):
 		return nil, res.err(key, ctx), true
 	}
-	return nil, nil, false // (another limit: the wait's loop brings the nodes along)
+	return nil, nil, false
 }
 
 // canWait checks, after an attempt that did not get the lock, that its

@@ -485,23 +485,58 @@ func (r *limitRetry) againAfter(ctx context.Context, l *Locker, key string, cfg 
 }
 
 // settle is the error of an acquisition that failed with err: ErrUnavailable
-// (unsure) instead of a refusal for the limit that the nodes could not be
-// brought along to resolve.
-func (r *limitRetry) settle(err error) error {
+// (unsure, and ctx's error if it ended) instead of a refusal for the limit
+// that the nodes could not be brought along to resolve.
+func (r *limitRetry) settle(ctx context.Context, err error) error {
 	if r.unsure == nil {
 		return err // (before errors.As, whose target escapes: no allocation on the everyday path)
 	}
-	return r.settleUnsure(err)
+	return r.settleUnsure(ctx, err)
 }
 
 // settleUnsure is settle once an attempt to bring the nodes along lacked
 // answers.
-func (r *limitRetry) settleUnsure(err error) error {
+func (r *limitRetry) settleUnsure(ctx context.Context, err error) error {
 	var e *limitMismatchError
 	if errors.As(err, &e) {
-		return r.unsure
+		return unsureErr(r.unsure, ctx)
 	}
 	return err
+}
+
+// unsureErr is unsure, with ctx's error once ctx ended.
+func unsureErr(unsure error, ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", unsure, ctx.Err())
+	}
+	return unsure
+}
+
+// wait reports, for an Acquire whose attempt failed with err, a refusal
+// for the limit that the nodes could not be brought along to resolve for
+// want of answers (unsure), that it waited as for nodes that do not answer
+// (the node timeout, or until ctx ends or the Locker closes) and should
+// try again, bringing the nodes along again; false at once otherwise, and
+// when ctx ended or the Locker closed during the wait.
+func (r *limitRetry) wait(ctx context.Context, l *Locker, cfg lockConfig, err error) bool {
+	if r.unsure == nil || ctx.Err() != nil {
+		return false
+	}
+	var e *limitMismatchError
+	if !errors.As(err, &e) {
+		return false
+	}
+	t := time.NewTimer(l.nodeTimeout(cfg.ttl))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	case <-l.done:
+		return false
+	}
+	r.converged, r.unsure = false, nil
+	return true
 }
 
 // retry reports, after the attempt of a waiting acquisition whose refusal
