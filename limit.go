@@ -368,11 +368,11 @@ func (l *Locker) convergeLimit(ctx context.Context, nm *keys.Names, asked string
 	if send == nil {
 		return false, unsure(o.outcome)
 	}
-	if a := l.applyLimit(ctx, nm, c, readAt, send, 1); a.ok > 0 {
+	a := l.applyLimit(ctx, nm, c, readAt, send, 1)
+	if a.ok > 0 {
 		return true, nil
-	} else {
-		return false, unsure(a.outcome)
 	}
+	return false, unsure(a.outcome)
 }
 
 // catchUp is the change that the nodes whose states a majority read should

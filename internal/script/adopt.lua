@@ -38,8 +38,8 @@
 -- "n m ..."), and then limit is m, added to the "l:" entry: the adopted
 -- permit is one of the semaphore's limit, and a later Adopt with the limit
 -- its Handoff names (m), or with any it was known by (a retry, a copy of
--- this one run late), finds it so; a shared hold a member of one whose limit key holds
--- "0". fence is the holder's fence (a
+-- this one run late), finds it so; a shared hold a member of one whose
+-- limit key holds "0". fence is the holder's fence (a
 -- decimal string): its "f:" entry (written by grants and renewals of a
 -- permit, a shared hold, a holder with metadata, and a lock on a Redlock, and
 -- by raise.lua), else, for a lock, the fence counter (a lock's one holder got
