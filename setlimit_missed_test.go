@@ -24,9 +24,15 @@ func redlockProxied(t *testing.T) (func() *dlock.Locker, *dlocktest.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
+	return redlockOn(t, servers[0].Addr(), servers[1].Addr(), proxy.Addr()), proxy
+}
+
+// redlockOn returns a maker of Lockers on a Redlock of the masters at
+// addrs, each Locker closed, with its clients, when the test ends.
+func redlockOn(t *testing.T, addrs ...string) func() *dlock.Locker {
 	return func() *dlock.Locker {
 		var clients []redis.UniversalClient
-		for _, addr := range []string{servers[0].Addr(), servers[1].Addr(), proxy.Addr()} {
+		for _, addr := range addrs {
 			c := redis.NewClient(&redis.Options{Addr: addr})
 			t.Cleanup(func() { _ = c.Close() })
 			clients = append(clients, c)
@@ -37,7 +43,7 @@ func redlockProxied(t *testing.T) (func() *dlock.Locker, *dlocktest.Proxy) {
 		}
 		t.Cleanup(func() { _ = l.Close() })
 		return l
-	}, proxy
+	}
 }
 
 // cutOff runs fn while the proxied master is cut off: what is sent to it
@@ -201,20 +207,7 @@ func TestLimitBehindWhileNodeDown(t *testing.T) {
 		t.Cleanup(func() { _ = p.Close() })
 		proxies = append(proxies, p)
 	}
-	mk := func() *dlock.Locker {
-		var clients []redis.UniversalClient
-		for _, addr := range []string{servers[0].Addr(), proxies[0].Addr(), proxies[1].Addr()} {
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = c.Close() })
-			clients = append(clients, c)
-		}
-		l, err := dlock.NewRedlock(clients)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
+	mk := redlockOn(t, servers[0].Addr(), proxies[0].Addr(), proxies[1].Addr())
 	holders, setter, b := mk(), mk(), mk()
 	held := hold(t, holders, "sem", 2, 2)
 	defer func() {
