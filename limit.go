@@ -38,7 +38,11 @@ var limitGrace = LimitGrace
 // old limit (its holders' renewals keep it there) until the next
 // acquisition that a node refuses for the limit brings it along (it reads
 // the nodes and sends the last change to those behind it, then asks once
-// more), or SetLimit is called again. Each change is numbered after the
+// more), or SetLimit is called again. When too few nodes answer to bring
+// it along, and another node holds or recorded the limit asked, that
+// acquisition fails with ErrUnavailable, not ErrMisconfigured (an Acquire
+// waits the node timeout and tries again, until ctx ends). Each change is
+// numbered after the
 // last one that the nodes recorded and after their clocks (as fences are):
 // its command run twice (a client's retry) answers alike and changes
 // nothing twice, a copy that runs after a later change changes nothing,
