@@ -42,12 +42,11 @@ var limitGrace = LimitGrace
 // it along, and another node holds or recorded the limit asked, that
 // acquisition fails with ErrUnavailable, not ErrMisconfigured (an Acquire
 // waits the node timeout and tries again, until ctx ends). Each change is
-// numbered after the
-// last one that the nodes recorded and after their clocks (as fences are):
-// its command run twice (a client's retry) answers alike and changes
-// nothing twice, a copy that runs after a later change changes nothing,
-// and a copy that runs more than LimitGrace after the nodes were read is
-// dropped.
+// numbered after the last one that the nodes recorded and after their
+// clocks (as fences are): its command run twice (a client's retry) answers
+// alike and changes nothing twice, a copy that runs after a later change
+// changes nothing, and a copy that runs more than LimitGrace after the
+// nodes were read is dropped.
 //
 // Raising the limit wakes at once as many waiters as it frees permits (at
 // most 100 per node; the others are admitted by the next release, or by
