@@ -230,8 +230,9 @@ func (k *Lock) detachedError(verb string) error {
 // nobody does, the key is free once that TTL runs out. Only when a quorum
 // said the token no longer holds the key (the hold is gone), and no node
 // said that it holds the key in another shape (where the token may hold
-// it), are the nodes that confirmed released, at once. An Adopt whose command ran twice (a
-// retry of the client) writes nothing more the second time.
+// it), are the nodes that confirmed released, at once. An Adopt whose
+// command ran twice (a retry of the client) writes nothing more the second
+// time.
 //
 // The token is the capability: Adopt does not exclude another Adopt of the
 // same token (two *Lock would then renew one hold, each believing it

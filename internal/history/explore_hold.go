@@ -57,15 +57,15 @@ type hold struct {
 	begin     int64 // when it returned
 	anchor    bool  // the changer's permit (see changer)
 	from      *hold // the detached hold that Adopt took on
-	handed    int   // its Handoff's Limit (SetLimit may have moved it), once detached
 
-	mu    sync.Mutex
-	valid int64  // the latest validity reported, capped by shortening Extends
-	end   int64  // when the holder stopped claiming it (0: not yet)
-	how   string // how it ended
-	free  int64  // from when its key is free of it (a confirmed release's return)
-	lostQ bool   // Lost closed with no quorum known to hold it (ValidUntil zero)
-	lost  int64  // when its holder saw Lost closed
+	mu     sync.Mutex
+	handed int    // its Handoff's Limit (SetLimit may have moved it), once detached
+	valid  int64  // the latest validity reported, capped by shortening Extends
+	end    int64  // when the holder stopped claiming it (0: not yet)
+	how    string // how it ended
+	free   int64  // from when its key is free of it (a confirmed release's return)
+	lostQ  bool   // Lost closed with no quorum known to hold it (ValidUntil zero)
+	lost   int64  // when its holder saw Lost closed
 	// detachWon: it was detached while its Locker closed, and Detach came
 	// first (see opRace).
 	detachWon bool
