@@ -345,6 +345,22 @@ func (x *exploreRun) raced(h *hold) bool {
 	return false
 }
 
+// releaseSent reports a hold adopted from a token whose holder released
+// it (the explorer's "adopt released", after a Release that was not
+// confirmed): that release may still land, after the Adopt, and end the
+// adopted hold, as Adopt's doc says of a first holder that did not Detach.
+func releaseSent(h *hold) bool {
+	for q := h.from; q != nil; q = q.from {
+		q.mu.Lock()
+		how := q.how
+		q.mu.Unlock()
+		if how == "released" {
+			return true
+		}
+	}
+	return false
+}
+
 // falseMisconfigured reports an ErrMisconfigured with no misconfiguration:
 // on a key of one shape, or on kSem when the limit asked is the settled
 // one and no SetLimit ran during the call.
@@ -379,7 +395,7 @@ func (x *exploreRun) judgeHeld(c *claim) {
 	}
 	// (From the acquisition's start: a ForceRelease may meet the grant
 	// before the call returns it, AcquireAll's long before.)
-	if x.excused(c.key, c.slot, c.gen, c.h.asked, c.end) || x.byOtherShape(c.h) || x.raced(c.h) {
+	if x.excused(c.key, c.slot, c.gen, c.h.asked, c.end) || x.byOtherShape(c.h) || x.raced(c.h) || releaseSent(c.h) {
 		return
 	}
 	x.report("ErrNotHeld untrue", c.end, c.key, c.holds(), "%s of %s at %s, valid for %s more and not lost: %v", c.op, c.h, x.since(c.start),
