@@ -151,18 +151,6 @@ func (l *Locker) acquire(ctx context.Context, key string, cfg lockConfig, a *acq
 		if res.final(ctx) && lim.again(ctx, l, key, &cfg, res.limitErr) {
 			continue // the limit was changed (SetLimit): ask with the new one, or once the nodes agree
 		}
-		if unsure := lim.unsure; res.final(ctx) && ctx.Err() == nil && lim.retry(&res) {
-			// A node refused the limit and too few nodes answered to bring
-			// it along: wait as for nodes that do not answer, and try
-			// again.
-			switch timer.sleep(ctx, ks.wake, l.done, l.nodeTimeout(cfg.ttl)) {
-			case sleepCtxEnded:
-				return nil, unsureErr(unsure, ctx)
-			case sleepClosed:
-				return nil, closedErr(key)
-			}
-			continue
-		}
 		if res.final(ctx) {
 			return nil, res.err(key, ctx)
 		}

@@ -541,15 +541,3 @@ func (r *limitRetry) wait(ctx context.Context, l *Locker, cfg lockConfig, err er
 	r.converged, r.unsure = false, nil
 	return true
 }
-
-// retry reports, after the attempt of a waiting acquisition whose refusal
-// for the limit could not be resolved for want of answers, that the
-// acquisition should wait and try again (bringing the nodes along again)
-// rather than return.
-func (r *limitRetry) retry(res *attemptResult) bool {
-	if res.limitErr == nil || r.unsure == nil {
-		return false
-	}
-	r.converged, r.unsure = false, nil
-	return true
-}
